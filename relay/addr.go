@@ -1,0 +1,88 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+)
+
+// Addr is a relay endpoint: a network and an address in that network.
+type Addr struct {
+	// Network is "tcp", "tcp4", "tcp6", "udp", "udp4", "udp6" or "unix".
+	Network string
+	// Address is host:port (IPv6 hosts in brackets) for tcp and udp, and
+	// a file system path, or "@name" for the Linux abstract namespace, for
+	// unix.
+	Address string
+}
+
+// String returns the address in the URL form [ParseAddr] accepts.
+func (a Addr) String() string {
+	if a.Network == "" {
+		return ""
+	}
+	if a.Network == "unix" && !strings.HasPrefix(a.Address, "/") {
+		return "unix://" + a.Address
+	}
+	return a.Network + "://" + a.Address
+}
+
+// Stream reports whether a is a byte-stream address (TCP or Unix).
+func (a Addr) Stream() bool { return a.Network != "" && !a.Datagram() }
+
+// Datagram reports whether a is a UDP address.
+func (a Addr) Datagram() bool { return strings.HasPrefix(a.Network, "udp") }
+
+// ParseAddr parses tcp://host:port, udp://host:port (also tcp4, tcp6,
+// udp4, udp6), unix:///absolute/path, unix://relative/path and
+// unix://@abstract. IPv6 hosts go in brackets: tcp://[::1]:8080. The port
+// is numeric. A missing host is an error: use [ParseListenAddr]'s advice.
+func ParseAddr(s string) (Addr, error) {
+	scheme, rest, ok := strings.Cut(s, "://")
+	if !ok {
+		return Addr{}, fmt.Errorf("address %q has no scheme: write tcp://%s, udp://%s or unix:///path", s, s, s)
+	}
+	switch scheme {
+	case "unix":
+		if rest == "" || rest == "@" {
+			return Addr{}, fmt.Errorf("address %q has no socket path: write unix:///path/to/socket", s)
+		}
+		if strings.ContainsRune(rest, 0) {
+			return Addr{}, fmt.Errorf("address %q: socket path contains a NUL byte", s)
+		}
+		return Addr{Network: "unix", Address: rest}, nil
+	case "tcp", "tcp4", "tcp6", "udp", "udp4", "udp6":
+	default:
+		return Addr{}, fmt.Errorf("address %q: unknown scheme %q (want tcp, tcp4, tcp6, udp, udp4, udp6 or unix)", s, scheme)
+	}
+	host, port, err := net.SplitHostPort(rest)
+	if err != nil {
+		var ae *net.AddrError
+		if errors.As(err, &ae) {
+			err = errors.New(ae.Err)
+		}
+		return Addr{}, fmt.Errorf("address %q: %v (IPv6 hosts go in brackets: %s://[::1]:8080)", s, err, scheme)
+	}
+	if host == "" {
+		return Addr{}, fmt.Errorf("address %q has no host: write %s://127.0.0.1:%s for this machine only, or %s://0.0.0.0:%s to accept from every network", s, scheme, port, scheme, port)
+	}
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil || (port[0] == '0' && len(port) > 1) {
+		return Addr{}, fmt.Errorf("address %q: port %q is not a number from 0 to 65535", s, port)
+	}
+	if strings.ContainsAny(host, " /\x00") {
+		return Addr{}, fmt.Errorf("address %q: bad host %q", s, host)
+	}
+	return Addr{Network: scheme, Address: net.JoinHostPort(host, port)}, nil
+}
+
+// port returns a's numeric port, 0 for unix.
+func (a Addr) port() int {
+	_, p, err := net.SplitHostPort(a.Address)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(p)
+	return n
+}

@@ -1,0 +1,71 @@
+package relay
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseAddr(t *testing.T) {
+	for _, tc := range []struct {
+		in, network, address string
+	}{
+		{"tcp://127.0.0.1:8080", "tcp", "127.0.0.1:8080"},
+		{"tcp://[::1]:8080", "tcp", "[::1]:8080"},
+		{"tcp6://[fe80::1%eth0]:80", "tcp6", "[fe80::1%eth0]:80"},
+		{"tcp://localhost:0", "tcp", "localhost:0"},
+		{"udp://0.0.0.0:53", "udp", "0.0.0.0:53"},
+		{"udp4://10.0.0.1:5060", "udp4", "10.0.0.1:5060"},
+		{"unix:///run/app.sock", "unix", "/run/app.sock"},
+		{"unix://rel/app.sock", "unix", "rel/app.sock"},
+		{"unix://@abstract", "unix", "@abstract"},
+	} {
+		a, err := ParseAddr(tc.in)
+		if err != nil || a.Network != tc.network || a.Address != tc.address {
+			t.Errorf("ParseAddr(%q) = %+v, %v", tc.in, a, err)
+			continue
+		}
+		if back, err := ParseAddr(a.String()); err != nil || back != a {
+			t.Errorf("%q: String %q does not parse back: %+v %v", tc.in, a.String(), back, err)
+		}
+	}
+	for in, want := range map[string]string{
+		"127.0.0.1:80":          "no scheme",
+		"tcp://:8080":           "has no host",
+		"udp://:53":             "has no host",
+		"tcp://::1:80":          "brackets",
+		"tcp://127.0.0.1":       "missing port",
+		"tcp://127.0.0.1:http":  "not a number",
+		"tcp://127.0.0.1:65536": "not a number",
+		"tcp://127.0.0.1:080":   "not a number",
+		"http://x:80":           "unknown scheme",
+		"unix://":               "no socket path",
+		"unix://@":              "no socket path",
+		"":                      "no scheme",
+	} {
+		_, err := ParseAddr(in)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseAddr(%q) = %v, want error containing %q", in, err, want)
+		}
+		if err != nil && strings.Contains(err.Error(), "\n") {
+			t.Errorf("ParseAddr(%q): error spans lines: %q", in, err)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	tcp := Addr{Network: "tcp", Address: "127.0.0.1:1"}
+	udp := Addr{Network: "udp", Address: "127.0.0.1:1"}
+	for name, cfg := range map[string]Config{
+		"empty":            {},
+		"no target":        {Routes: []Route{{Listen: tcp}}},
+		"udp to tcp":       {Routes: []Route{{Listen: udp, Target: tcp}}},
+		"proxy version":    {Routes: []Route{{Listen: tcp, Target: tcp, SendProxy: 3}}},
+		"proxy on udp":     {Routes: []Route{{Listen: udp, Target: udp, AcceptProxy: true}}},
+		"duplicate name":   {Routes: []Route{{Name: "a", Listen: tcp, Target: tcp}, {Name: "a", Listen: udp, Target: udp}}},
+		"duplicate listen": {Routes: []Route{{Name: "a", Listen: tcp, Target: tcp}, {Name: "b", Listen: tcp, Target: tcp}}},
+	} {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%s: New accepted %+v", name, cfg)
+		}
+	}
+}

@@ -1,0 +1,169 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+)
+
+// Defaults applied to zero fields of a [Route].
+const (
+	DefaultDialTimeout        = 10 * time.Second
+	DefaultProxyHeaderTimeout = 5 * time.Second
+	// DefaultSessionTimeout is how long a UDP session lives without a
+	// datagram in either direction: long enough for a VoIP call on hold.
+	DefaultSessionTimeout = 60 * time.Second
+	DefaultMaxSessions    = 10000
+	DefaultUDPBatch       = 32
+)
+
+// Route relays every connection or datagram arriving at Listen to Target.
+// Zero fields take the defaults above.
+type Route struct {
+	// Name identifies the route in logs, metrics and [Server.Update]; it
+	// defaults to Listen's string form.
+	Name string
+	// Listen must carry an explicit host; Target may be any pairing of
+	// stream networks (TCP to Unix and back), or UDP to UDP.
+	Listen, Target Addr
+
+	// Workers is the number of SO_REUSEPORT listeners (TCP, Linux) that
+	// share accepting; 0 or 1 is one listener.
+	Workers int
+	// DialTimeout bounds connecting to Target.
+	DialTimeout time.Duration
+	// IdleTimeout closes a stream relay in which no byte moved in either
+	// direction for this long, also in the middle of a splice; 0 is never.
+	IdleTimeout time.Duration
+	// MaxConns limits this route's concurrent stream relays and
+	// MaxConnsPerClient those from one client IP address; 0 is no limit.
+	// Connections over a limit are accepted and closed at once.
+	MaxConns, MaxConnsPerClient int
+	// Allow and Deny are the access lists for client addresses: a match in
+	// Deny refuses; if Allow is not empty, only matches are admitted.
+	// Clients without an IP address (Unix sockets) are admitted only when
+	// Allow is empty.
+	Allow, Deny []netip.Prefix
+	// SendProxy writes a PROXY protocol header of this version (1 or 2)
+	// to Target before any data; 0 sends none.
+	SendProxy int
+	// AcceptProxy requires a PROXY protocol header (v1 or v2) from each
+	// client, read within ProxyHeaderTimeout; the client address it names
+	// is then the one used by access lists, limits, logs and SendProxy.
+	// If TrustedProxies is not empty, only peers inside it may connect.
+	AcceptProxy        bool
+	TrustedProxies     []netip.Prefix
+	ProxyHeaderTimeout time.Duration
+	// KeepAlive is the TCP keep-alive period on both sides: 0 uses Go's
+	// default (15 s), negative disables keep-alive.
+	KeepAlive time.Duration
+	// Nagle enables Nagle's algorithm (clears TCP_NODELAY) on both sides;
+	// by default segments leave at once.
+	Nagle bool
+
+	// SessionTimeout ends a UDP session idle for this long.
+	SessionTimeout time.Duration
+	// MaxSessions limits concurrent UDP sessions; datagrams from new
+	// clients over the limit are dropped and counted.
+	MaxSessions int
+}
+
+// Config is everything a [Server] needs. The relay package reads no flags
+// or files: cmd/zeroio builds a Config from them.
+type Config struct {
+	Routes []Route
+	// MaxConns limits concurrent stream relays over all routes; 0 is no
+	// limit.
+	MaxConns int
+	// Logger receives connection events; nil discards them.
+	Logger *slog.Logger
+}
+
+// withDefaults returns r with zero fields filled in.
+func (r Route) withDefaults() Route {
+	if r.Name == "" {
+		r.Name = r.Listen.String()
+	}
+	if r.Workers <= 0 {
+		r.Workers = 1
+	}
+	if r.DialTimeout <= 0 {
+		r.DialTimeout = DefaultDialTimeout
+	}
+	if r.ProxyHeaderTimeout <= 0 {
+		r.ProxyHeaderTimeout = DefaultProxyHeaderTimeout
+	}
+	if r.SessionTimeout <= 0 {
+		r.SessionTimeout = DefaultSessionTimeout
+	}
+	if r.MaxSessions <= 0 {
+		r.MaxSessions = DefaultMaxSessions
+	}
+	return r
+}
+
+func (r *Route) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	switch {
+	case r.Listen.Network == "":
+		bad("no listen address")
+	case r.Target.Network == "":
+		bad("no target address")
+	case r.Listen.Datagram() != r.Target.Datagram():
+		bad("cannot relay %s to %s: UDP relays only to UDP, streams only to TCP or Unix", r.Listen, r.Target)
+	}
+	if r.Workers > 1 && (r.Listen.Network == "unix") {
+		bad("workers > 1 needs a TCP or UDP listen address")
+	}
+	if r.SendProxy < 0 || r.SendProxy > 2 {
+		bad("PROXY protocol version %d: want 1 or 2", r.SendProxy)
+	}
+	if r.Listen.Datagram() && (r.AcceptProxy || r.SendProxy != 0) {
+		bad("PROXY protocol is for stream routes")
+	}
+	if r.MaxConns < 0 || r.MaxConnsPerClient < 0 {
+		bad("negative connection limit")
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("route %q: %w", r.Name, err)
+	}
+	return nil
+}
+
+// normalize fills defaults and validates every route of c.
+func (c Config) normalize() (Config, error) {
+	out := c
+	out.Routes = make([]Route, len(c.Routes))
+	names := map[string]bool{}
+	listens := map[string]bool{}
+	var errs []error
+	if c.MaxConns < 0 {
+		errs = append(errs, errors.New("negative global connection limit"))
+	}
+	for i, r := range c.Routes {
+		r = r.withDefaults()
+		if err := r.validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if names[r.Name] {
+			errs = append(errs, fmt.Errorf("route %q: name used twice", r.Name))
+		}
+		if k := r.Listen.String(); listens[k] && r.Listen.port() != 0 {
+			errs = append(errs, fmt.Errorf("route %q: listen address %s used twice", r.Name, k))
+		} else {
+			listens[k] = true
+		}
+		names[r.Name] = true
+		out.Routes[i] = r
+	}
+	if len(c.Routes) == 0 {
+		errs = append(errs, errors.New("no routes"))
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	return out, errors.Join(errs...)
+}

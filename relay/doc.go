@@ -1,0 +1,56 @@
+// Package relay forwards TCP, Unix-socket and UDP traffic: an L4 relay
+// (what socat, HAProxy in mode tcp, or gost do), built on zeroio's splice
+// and udp packages.
+//
+// # Routes
+//
+// A [Config] lists [Route]s, each relaying one listen [Addr] to one
+// target Addr. Stream routes pair any of TCP and Unix sockets; UDP routes
+// relay to UDP. Addresses are written as URLs and parsed by [ParseAddr]:
+//
+//	tcp://127.0.0.1:8080   tcp://[::1]:8080   udp://0.0.0.0:53
+//	unix:///run/app.sock   unix://@abstract
+//
+// A listen address must name its host: "tcp://:8080" is refused rather
+// than silently opening a port to every network.
+//
+// # Streams
+//
+// For each accepted connection the relay dials the target within
+// [Route.DialTimeout] and copies both directions. An EOF in one direction
+// becomes a shutdown of writing (CloseWrite) on the other side while the
+// opposite direction keeps flowing, so protocols that half-close work.
+// [Route.IdleTimeout] ends a relay in which nothing moved in either
+// direction, measured by the copy's progress, so a long transfer is never
+// cut and a stalled one is. Limits apply globally ([Config.MaxConns]), per
+// route and per client IP address; access lists ([Route.Allow],
+// [Route.Deny]) admit clients by CIDR. PROXY protocol v1 and v2 headers can
+// be sent to the target and accepted from a trusted downstream proxy.
+// When accept fails for lack of descriptors (EMFILE), the accept loop
+// backs off from 5 ms to 1 s instead of spinning.
+//
+// # Datagrams
+//
+// A UDP route keeps a session per client address, each with its own
+// upstream socket, and answers from the address the client sent to.
+// Sessions end after [Route.SessionTimeout] (default 60 s) without traffic;
+// [Route.MaxSessions] bounds them, and datagrams over the limit are
+// dropped and counted.
+//
+// # Operations
+//
+// [Server.Start] binds every route, failing as a whole if one address is
+// in use. [Server.Update] applies a new Config (SIGHUP in zeroio relay):
+// added routes start, removed ones stop listening, and established
+// connections are never touched. [Server.Shutdown] stops accepting, lets
+// relays in flight finish until its context ends, then closes them.
+// [Server.Stats] returns plain counters that cmd/zeroio exports to
+// Prometheus. The package starts no goroutine beyond serving: one per
+// listener and one or two per relayed connection.
+//
+// # Platforms
+//
+// Linux is the fast path. On other GOOS the relay works with the same
+// API, but [Route.Workers] above 1 is refused (SO_REUSEPORT balancing is
+// Linux's).
+package relay

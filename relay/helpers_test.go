@@ -1,0 +1,229 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// mustAddr parses a test address.
+func mustAddr(t testing.TB, s string) Addr {
+	t.Helper()
+	a, err := ParseAddr(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// backend is a real target server on loopback or a Unix socket.
+type backend struct {
+	ln    net.Listener
+	addr  Addr
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+// startBackend serves handler for every connection on network ("tcp4",
+// "tcp6" or "unix").
+func startBackend(t testing.TB, network string, handler func(net.Conn)) *backend {
+	t.Helper()
+	var ln net.Listener
+	var err error
+	var a Addr
+	switch network {
+	case "unix":
+		path := filepath.Join(shortTempDir(t), "b.sock")
+		ln, err = net.Listen("unix", path)
+		a = Addr{Network: "unix", Address: path}
+	case "tcp6":
+		ln, err = net.Listen("tcp6", "[::1]:0")
+	default:
+		ln, err = net.Listen("tcp4", "127.0.0.1:0")
+	}
+	if err != nil {
+		t.Skipf("listen %s: %v", network, err)
+	}
+	if network != "unix" {
+		a = Addr{Network: "tcp", Address: ln.Addr().String()}
+	}
+	b := &backend{ln: ln, addr: a}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			b.mu.Lock()
+			b.conns = append(b.conns, c)
+			b.mu.Unlock()
+			b.wg.Add(1)
+			go func() { defer b.wg.Done(); defer c.Close(); handler(c) }()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		b.mu.Lock()
+		for _, c := range b.conns {
+			c.Close()
+		}
+		b.mu.Unlock()
+		b.wg.Wait()
+	})
+	return b
+}
+
+// shortTempDir keeps Unix socket paths under the 108-byte limit.
+func shortTempDir(t testing.TB) string {
+	d, err := os.MkdirTemp("", "zr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+// echo copies everything back and half-closes when the client does.
+func echo(c net.Conn) {
+	io.Copy(c, c)
+	closeWrite(c)
+}
+
+func closeWrite(c net.Conn) error {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.New("no CloseWrite")
+}
+
+// startRelay runs a Server for routes and returns it; it is shut down and
+// checked for leftover connections at cleanup.
+func startRelay(t testing.TB, cfg Config) *Server {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Errorf("Shutdown: %v", err)
+		}
+	})
+	return s
+}
+
+// route0 is a one-route config listening on an ephemeral port.
+func route0(listen string, target Addr, mod func(*Route)) Config {
+	r := Route{Name: "r", Listen: Addr{Network: "tcp", Address: listen}, Target: target}
+	if strings.HasPrefix(listen, "/") || strings.HasPrefix(listen, "@") {
+		r.Listen = Addr{Network: "unix", Address: listen}
+	}
+	if mod != nil {
+		mod(&r)
+	}
+	return Config{Routes: []Route{r}}
+}
+
+func dialRoute(t testing.TB, s *Server, name string) net.Conn {
+	t.Helper()
+	a := s.Addrs(name)[0]
+	c, err := net.DialTimeout(a.Network(), a.String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// roundTrip sends size random bytes through c, reads the echo, and
+// compares SHA-256 sums of both directions.
+func roundTrip(c net.Conn, size int, seed uint64) error {
+	c.SetDeadline(time.Now().Add(60 * time.Second))
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	data := make([]byte, size)
+	for i := 0; i+8 <= len(data); i += 8 {
+		v := rng.Uint64()
+		copy(data[i:], []byte{byte(v), byte(v >> 8), byte(v >> 16), byte(v >> 24), byte(v >> 32), byte(v >> 40), byte(v >> 48), byte(v >> 56)})
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Write(data)
+		if err == nil {
+			err = closeWrite(c)
+		}
+		errc <- err
+	}()
+	h := sha256.New()
+	n, err := io.Copy(h, c)
+	if werr := <-errc; werr != nil {
+		return fmt.Errorf("write: %w", werr)
+	}
+	if err != nil {
+		return fmt.Errorf("read after %d bytes: %w", n, err)
+	}
+	if want := sha256.Sum256(data); n != int64(size) || !bytes.Equal(h.Sum(nil), want[:]) {
+		return fmt.Errorf("echo mismatch: %d bytes back of %d", n, size)
+	}
+	return nil
+}
+
+// leakCheck records goroutines and fds now and, at cleanup, waits for them
+// to return to that level.
+//
+// The standard library pools splice pipes (the echo backends' io.Copy) in
+// a sync.Pool and closes them only after two GCs, so the check collects.
+func leakCheck(t testing.TB) {
+	runtime.GC()
+	runtime.GC()
+	g0, f0 := runtime.NumGoroutine(), countFDs()
+	t.Cleanup(func() {
+		var g, f int
+		for range 200 {
+			runtime.GC()
+			g, f = runtime.NumGoroutine(), countFDs()
+			if g <= g0 && f <= f0 {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		buf := make([]byte, 1<<16)
+		buf = buf[:runtime.Stack(buf, true)]
+		t.Errorf("leak: goroutines %d -> %d, fds %d -> %d\n%s", g0, g, f0, f, buf)
+	})
+}
+
+func countFDs() int {
+	es, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0
+	}
+	return len(es)
+}
+
+// waitClosed reports whether the peer closed c within d (read gets EOF or
+// a reset rather than a timeout).
+func waitClosed(c net.Conn, d time.Duration) bool {
+	c.SetReadDeadline(time.Now().Add(d))
+	_, err := io.Copy(io.Discard, c)
+	var ne net.Error
+	return !(errors.As(err, &ne) && ne.Timeout())
+}

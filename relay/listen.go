@@ -1,0 +1,74 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"time"
+)
+
+// listenStream opens r.Workers listeners for a stream route.
+func listenStream(r *Route) ([]net.Listener, error) {
+	if r.Listen.Network == "unix" {
+		ln, err := listenUnix(r.Listen.Address)
+		if err != nil {
+			return nil, err
+		}
+		return []net.Listener{ln}, nil
+	}
+	lc := net.ListenConfig{KeepAlive: r.KeepAlive}
+	if r.Workers > 1 {
+		if err := reusePortSupported(); err != nil {
+			return nil, err
+		}
+		lc.Control = setReusePort
+	}
+	addr := r.Listen.Address
+	var lns []net.Listener
+	for i := 0; i < r.Workers; i++ {
+		ln, err := lc.Listen(context.Background(), r.Listen.Network, addr)
+		if err != nil {
+			closeAll(lns)
+			return nil, err
+		}
+		if i == 0 {
+			addr = ln.Addr().String() // port 0 becomes the port the others share
+		}
+		lns = append(lns, ln)
+	}
+	return lns, nil
+}
+
+// listenUnix listens on a Unix socket path, first removing a stale socket
+// file that nobody answers on (left by a crashed process), never a live
+// one or a file that is not a socket.
+func listenUnix(path string) (net.Listener, error) {
+	ln, err := net.Listen("unix", path)
+	if err == nil || !errors.Is(err, syscall.EADDRINUSE) || path[0] == '@' {
+		return ln, err
+	}
+	if fi, serr := os.Lstat(path); serr != nil || fi.Mode()&os.ModeSocket == 0 {
+		return nil, err
+	}
+	c, derr := net.DialTimeout("unix", path, time.Second)
+	if derr == nil {
+		c.Close()
+		return nil, err
+	}
+	if !errors.Is(derr, syscall.ECONNREFUSED) {
+		return nil, err
+	}
+	if rerr := os.Remove(path); rerr != nil {
+		return nil, fmt.Errorf("%w (removing stale socket: %v)", err, rerr)
+	}
+	return net.Listen("unix", path)
+}
+
+func closeAll(lns []net.Listener) {
+	for _, ln := range lns {
+		ln.Close()
+	}
+}

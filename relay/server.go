@@ -1,0 +1,293 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// ErrServerClosed is returned by [Server.Start] and [Server.Update] after
+// [Server.Shutdown] or [Server.Close].
+var ErrServerClosed = errors.New("relay: server closed")
+
+// Server runs a set of routes. Its methods are safe for concurrent use.
+type Server struct {
+	log      *slog.Logger
+	maxConns atomic.Int64
+	active   atomic.Int64 // stream relays in progress, all routes
+
+	mu      sync.Mutex
+	started bool
+	closed  bool
+	routes  map[string]*route
+	conns   map[*pair]struct{}
+	connWG  sync.WaitGroup // one per relayed or pending stream connection
+	serveWG sync.WaitGroup // accept loops and UDP readers
+}
+
+// New validates cfg and returns a Server that has not opened anything yet.
+func New(cfg Config) (*Server, error) {
+	cfg, err := cfg.normalize()
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	s := &Server{log: cfg.Logger, routes: map[string]*route{}, conns: map[*pair]struct{}{}}
+	s.maxConns.Store(int64(cfg.MaxConns))
+	for i := range cfg.Routes {
+		rt := newRoute(s, cfg.Routes[i])
+		s.routes[rt.name] = rt
+	}
+	return s, nil
+}
+
+// Start binds every route's listeners and starts serving them in the
+// background: one goroutine per listener, plus one per relayed connection
+// or UDP session. If any bind fails (an address in use), Start closes what
+// it opened and returns the error.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrServerClosed
+	}
+	if s.started {
+		return errors.New("relay: Start called twice")
+	}
+	var opened []*route
+	for _, name := range s.sortedNames() {
+		rt := s.routes[name]
+		if err := rt.open(); err != nil {
+			for _, o := range opened {
+				o.stop()
+			}
+			return err
+		}
+		opened = append(opened, rt)
+	}
+	for _, rt := range opened {
+		rt.serve()
+	}
+	s.started = true
+	return nil
+}
+
+func (s *Server) sortedNames() []string {
+	names := make([]string, 0, len(s.routes))
+	for n := range s.routes {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Update applies a new configuration, as on SIGHUP: routes that are gone
+// stop listening, new ones start, and changed ones take their new settings
+// for new connections (rebinding only if the listen address or worker
+// count changed). Established connections are never touched: they finish
+// under the settings they started with. On a bind error the routes already
+// applied stay applied and the error names the one that failed.
+func (s *Server) Update(cfg Config) error {
+	cfg, err := cfg.normalize()
+	if err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrServerClosed
+	}
+	s.maxConns.Store(int64(cfg.MaxConns))
+	want := map[string]Route{}
+	for _, r := range cfg.Routes {
+		want[r.Name] = r
+	}
+	// Stop first, so a route that moves to a freed address can bind it.
+	for name, rt := range s.routes {
+		r, ok := want[name]
+		cur := rt.cfg.Load()
+		switch {
+		case !ok:
+			s.log.Info("route removed", "route", name)
+		case r.Listen != cur.Listen || r.Workers != cur.Workers:
+			s.log.Info("route rebinding", "route", name, "listen", r.Listen.String())
+		default:
+			rt.update(r)
+			delete(want, name)
+			continue
+		}
+		rt.stop()
+		delete(s.routes, name)
+	}
+	var errs []error
+	names := make([]string, 0, len(want))
+	for n := range want {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		rt := newRoute(s, want[n])
+		if s.started {
+			if err := rt.open(); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			rt.serve()
+		}
+		s.routes[n] = rt
+		s.log.Info("route added", "route", n, "listen", rt.cfg.Load().Listen.String(), "target", rt.cfg.Load().Target.String())
+	}
+	return errors.Join(errs...)
+}
+
+// Addrs returns the addresses a route listens on (one per worker), with
+// port 0 resolved, or nil if there is no such route.
+func (s *Server) Addrs(route string) []net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	rt := s.routes[route]
+	if rt == nil {
+		return nil
+	}
+	return rt.addrs()
+}
+
+// Shutdown stops accepting and ends UDP sessions, then waits for stream
+// relays in flight to finish by themselves. When ctx ends first, it closes
+// the remaining connections and returns ctx.Err(). It returns once every
+// goroutine the Server started has exited.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	for _, rt := range s.routes {
+		rt.stop()
+	}
+	s.mu.Unlock()
+	s.serveWG.Wait()
+
+	done := make(chan struct{})
+	go func() { s.connWG.Wait(); close(done) }()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		s.mu.Lock()
+		for p := range s.conns {
+			p.abort(errShutdown)
+		}
+		s.mu.Unlock()
+		<-done
+	}
+	return err
+}
+
+// Close closes every listener and connection at once.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Shutdown(ctx); err != nil && err != context.Canceled {
+		return err
+	}
+	return nil
+}
+
+var errShutdown = errors.New("relay: server shut down")
+
+func (s *Server) track(p *pair) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[p] = struct{}{}
+	return true
+}
+
+func (s *Server) untrack(p *pair) {
+	s.mu.Lock()
+	delete(s.conns, p)
+	s.mu.Unlock()
+}
+
+// route is one configured route with its listeners and counters. A route
+// replaced by Update keeps serving the connections it accepted.
+type route struct {
+	srv  *Server
+	name string
+	cfg  atomic.Pointer[Route]
+
+	lns  []net.Listener
+	udp  *udpRoute
+	done chan struct{} // closed by stop
+
+	active   atomic.Int64
+	clientMu sync.Mutex
+	clients  map[netip.Addr]int
+
+	st counters
+}
+
+func newRoute(s *Server, r Route) *route {
+	rt := &route{srv: s, name: r.Name, done: make(chan struct{}), clients: map[netip.Addr]int{}}
+	rt.cfg.Store(&r)
+	return rt
+}
+
+func (rt *route) update(r Route) { rt.cfg.Store(&r) }
+
+func (rt *route) open() error {
+	r := rt.cfg.Load()
+	var err error
+	if r.Listen.Datagram() {
+		rt.udp, err = listenUDP(rt, r)
+	} else {
+		rt.lns, err = listenStream(r)
+	}
+	if err != nil {
+		return fmt.Errorf("route %q: %w", rt.name, err)
+	}
+	rt.srv.log.Info("listening", "route", rt.name, "listen", rt.addrs()[0].String(), "target", r.Target.String(), "workers", len(rt.addrs()))
+	return nil
+}
+
+func (rt *route) addrs() []net.Addr {
+	if rt.udp != nil {
+		return []net.Addr{rt.udp.addr()}
+	}
+	var as []net.Addr
+	for _, ln := range rt.lns {
+		as = append(as, ln.Addr())
+	}
+	return as
+}
+
+func (rt *route) serve() {
+	for _, ln := range rt.lns {
+		rt.srv.serveWG.Add(1)
+		go rt.acceptLoop(ln)
+	}
+	if rt.udp != nil {
+		rt.srv.serveWG.Add(1)
+		go rt.udp.run()
+	}
+}
+
+// stop closes the route's listeners; accept loops exit, relays go on.
+func (rt *route) stop() {
+	select {
+	case <-rt.done:
+		return
+	default:
+	}
+	close(rt.done)
+	closeAll(rt.lns)
+	if rt.udp != nil {
+		rt.udp.close()
+	}
+}

@@ -1,0 +1,75 @@
+package relay
+
+import (
+	"slices"
+	"strings"
+	"sync/atomic"
+)
+
+// counters are a route's live counters.
+type counters struct {
+	accepted, relayed, denied, overLimit         atomic.Uint64
+	bytesUp, bytesDown                           atomic.Uint64
+	errAccept, errDial, errProxy, errCopy        atomic.Uint64
+	idleTimeouts                                 atomic.Uint64
+	udpSessions, udpSessionsTotal                atomic.Int64
+	udpPacketsUp, udpPacketsDown                 atomic.Uint64
+	udpDropLimit, udpDropWrite, udpDropTruncated atomic.Uint64
+}
+
+// RouteStats is a snapshot of one route's counters. Up is client to
+// target, Down is target to client.
+type RouteStats struct {
+	Name, Listen, Target string
+
+	Accepted  uint64 // stream connections accepted
+	Active    int64  // stream relays in progress (including dialing)
+	Relayed   uint64 // stream relays completed
+	Denied    uint64 // refused by Allow/Deny or TrustedProxies
+	OverLimit uint64 // refused by MaxConns, MaxConnsPerClient or the global limit
+
+	BytesUp, BytesDown uint64
+
+	// Errors by kind.
+	AcceptErrors, DialErrors, ProxyHeaderErrors, CopyErrors, IdleTimeouts uint64
+
+	// UDP.
+	Sessions, SessionsTotal int64
+	PacketsUp, PacketsDown  uint64
+	DropsSessionLimit       uint64 // datagrams from new clients over MaxSessions
+	DropsWriteError         uint64 // datagrams the kernel refused to send
+	DropsTruncated          uint64 // datagrams longer than the receive buffer
+}
+
+// Stats is a snapshot of a Server's counters.
+type Stats struct {
+	Active int64 // stream relays in progress over all routes
+	Routes []RouteStats
+}
+
+// Stats returns the current counters, routes sorted by name. Counters of
+// a route removed by [Server.Update] are dropped with it.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := Stats{Active: s.active.Load()}
+	for _, rt := range s.routes {
+		c := &rt.st
+		r := rt.cfg.Load()
+		st.Routes = append(st.Routes, RouteStats{
+			Name: rt.name, Listen: r.Listen.String(), Target: r.Target.String(),
+			Accepted: c.accepted.Load(), Active: rt.active.Load(), Relayed: c.relayed.Load(),
+			Denied: c.denied.Load(), OverLimit: c.overLimit.Load(),
+			BytesUp: c.bytesUp.Load(), BytesDown: c.bytesDown.Load(),
+			AcceptErrors: c.errAccept.Load(), DialErrors: c.errDial.Load(),
+			ProxyHeaderErrors: c.errProxy.Load(), CopyErrors: c.errCopy.Load(),
+			IdleTimeouts: c.idleTimeouts.Load(),
+			Sessions:     c.udpSessions.Load(), SessionsTotal: c.udpSessionsTotal.Load(),
+			PacketsUp: c.udpPacketsUp.Load(), PacketsDown: c.udpPacketsDown.Load(),
+			DropsSessionLimit: c.udpDropLimit.Load(), DropsWriteError: c.udpDropWrite.Load(),
+			DropsTruncated: c.udpDropTruncated.Load(),
+		})
+	}
+	slices.SortFunc(st.Routes, func(a, b RouteStats) int { return strings.Compare(a.Name, b.Name) })
+	return st
+}

@@ -1,0 +1,307 @@
+package relay
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/zeroio/zeroio/internal/proxyproto"
+)
+
+// acceptLoop serves one listener until it is closed.
+func (rt *route) acceptLoop(ln net.Listener) {
+	defer rt.srv.serveWG.Done()
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			rt.st.errAccept.Add(1)
+			// Out of descriptors (EMFILE, ENFILE) or memory: every retry
+			// fails the same way until a connection closes, so back off
+			// as net/http's Server.Serve does, 5 ms doubling to 1 s,
+			// instead of spinning on a pending connection.
+			if delay == 0 {
+				delay = 5 * time.Millisecond
+				rt.srv.log.Warn("accept failed; backing off", "route", rt.name, "err", err)
+			} else {
+				delay = min(2*delay, time.Second)
+			}
+			select {
+			case <-time.After(delay):
+			case <-rt.done:
+				return
+			}
+			continue
+		}
+		delay = 0
+		rt.st.accepted.Add(1)
+		r := rt.cfg.Load()
+		if !rt.admit(r) {
+			rt.st.overLimit.Add(1)
+			c.Close()
+			continue
+		}
+		p := &pair{rt: rt, cfg: r, client: c}
+		if !rt.srv.track(p) {
+			rt.release(p)
+			c.Close()
+			continue
+		}
+		rt.srv.connWG.Add(1)
+		go p.run()
+	}
+}
+
+// admit takes a slot under the global and per-route limits.
+func (rt *route) admit(r *Route) bool {
+	s := rt.srv
+	n := s.active.Add(1)
+	m := rt.active.Add(1)
+	if lim := s.maxConns.Load(); (lim > 0 && n > lim) || (r.MaxConns > 0 && m > int64(r.MaxConns)) {
+		s.active.Add(-1)
+		rt.active.Add(-1)
+		return false
+	}
+	return true
+}
+
+func (rt *route) release(p *pair) {
+	rt.srv.active.Add(-1)
+	rt.active.Add(-1)
+	if p.clientIP.IsValid() {
+		rt.clientMu.Lock()
+		if rt.clients[p.clientIP]--; rt.clients[p.clientIP] <= 0 {
+			delete(rt.clients, p.clientIP)
+		}
+		rt.clientMu.Unlock()
+	}
+}
+
+// admitClient takes a per-client slot.
+func (rt *route) admitClient(r *Route, ip netip.Addr) bool {
+	if r.MaxConnsPerClient <= 0 || !ip.IsValid() {
+		return true
+	}
+	rt.clientMu.Lock()
+	defer rt.clientMu.Unlock()
+	if rt.clients[ip] >= r.MaxConnsPerClient {
+		return false
+	}
+	rt.clients[ip]++
+	return true
+}
+
+// pair is one relayed stream connection: client and target.
+type pair struct {
+	rt       *route
+	cfg      *Route
+	client   net.Conn
+	target   net.Conn
+	clientIP netip.Addr // counted against MaxConnsPerClient when valid
+
+	mu      sync.Mutex
+	aborted bool
+	why     error
+	last    atomic.Int64 // unix nanoseconds of the last chunk moved
+	timer   *time.Timer
+}
+
+var errIdle = errors.New("relay: idle timeout")
+
+func addrPort(a net.Addr) netip.AddrPort {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		ap := a.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return netip.AddrPort{}
+}
+
+func (p *pair) run() {
+	rt, r := p.rt, p.cfg
+	log := rt.srv.log
+	defer rt.srv.connWG.Done()
+	defer rt.srv.untrack(p)
+	counted := false
+	defer func() {
+		if !counted {
+			rt.release(p)
+		}
+	}()
+	src := addrPort(p.client.RemoteAddr())
+	dst := addrPort(p.client.LocalAddr())
+	if r.AcceptProxy {
+		if len(r.TrustedProxies) > 0 && (!src.IsValid() || !contains(r.TrustedProxies, src.Addr())) {
+			rt.st.denied.Add(1)
+			log.Debug("untrusted PROXY peer", "route", rt.name, "client", src)
+			p.client.Close()
+			return
+		}
+		p.client.SetReadDeadline(time.Now().Add(r.ProxyHeaderTimeout))
+		h, err := proxyproto.ReadHeader(p.client)
+		p.client.SetReadDeadline(time.Time{})
+		if err != nil {
+			rt.st.errProxy.Add(1)
+			log.Info("bad PROXY header", "route", rt.name, "client", src, "err", err)
+			p.client.Close()
+			return
+		}
+		if h.Command == proxyproto.Proxy && h.Source.IsValid() {
+			src, dst = h.Source, h.Destination
+		}
+	}
+	if !allowed(r.Allow, r.Deny, src.Addr()) {
+		rt.st.denied.Add(1)
+		log.Debug("client denied", "route", rt.name, "client", src)
+		p.client.Close()
+		return
+	}
+	if !rt.admitClient(r, src.Addr()) {
+		rt.st.overLimit.Add(1)
+		log.Debug("client over its connection limit", "route", rt.name, "client", src)
+		p.client.Close()
+		return
+	}
+	p.clientIP = src.Addr()
+
+	d := net.Dialer{Timeout: r.DialTimeout, KeepAlive: r.KeepAlive}
+	t, err := d.Dial(r.Target.Network, r.Target.Address)
+	if err != nil {
+		rt.st.errDial.Add(1)
+		log.Warn("dial failed", "route", rt.name, "client", src, "target", r.Target.String(), "err", err)
+		p.client.Close()
+		return
+	}
+	p.mu.Lock()
+	p.target = t
+	aborted := p.aborted
+	p.mu.Unlock()
+	if aborted { // Shutdown closed the client while we dialed
+		t.Close()
+		return
+	}
+	if r.Nagle {
+		setNoDelay(p.client, false)
+		setNoDelay(t, false)
+	}
+	if r.SendProxy != 0 {
+		var hdr []byte
+		if r.SendProxy == 1 {
+			hdr = proxyproto.AppendV1(make([]byte, 0, 108), src, dst)
+		} else {
+			hdr = proxyproto.AppendV2(make([]byte, 0, 52), proxyproto.Stream, src, dst)
+		}
+		if _, err := t.Write(hdr); err != nil {
+			rt.st.errCopy.Add(1)
+			p.client.Close()
+			t.Close()
+			return
+		}
+	}
+	log.Debug("relaying", "route", rt.name, "client", src)
+	p.relay()
+	rt.release(p)
+	counted = true
+}
+
+// relay copies both directions until both end, then closes both sides.
+func (p *pair) relay() {
+	rt := p.rt
+	p.last.Store(time.Now().UnixNano())
+	if idle := p.cfg.IdleTimeout; idle > 0 {
+		p.mu.Lock()
+		p.timer = time.AfterFunc(idle, p.checkIdle)
+		p.mu.Unlock()
+	}
+	done := make(chan struct{})
+	go func() { p.half(p.target, p.client, &rt.st.bytesUp); close(done) }()
+	p.half(p.client, p.target, &rt.st.bytesDown)
+	<-done
+	p.mu.Lock()
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	why := p.why
+	p.aborted = true
+	p.mu.Unlock()
+	p.client.Close()
+	p.target.Close()
+	switch why {
+	case nil, errShutdown:
+	case errIdle:
+		rt.st.idleTimeouts.Add(1)
+		rt.srv.log.Debug("idle timeout", "route", rt.name, "client", p.clientIP)
+	default:
+		rt.st.errCopy.Add(1)
+		rt.srv.log.Debug("relay ended with error", "route", rt.name, "client", p.clientIP, "err", why)
+	}
+	rt.st.relayed.Add(1)
+}
+
+// half copies src to dst. At EOF it shuts down writing on dst, passing
+// the half-close on while the other direction keeps flowing; on an error
+// it aborts both directions, and the first error is the pair's cause.
+func (p *pair) half(dst, src net.Conn, count *atomic.Uint64) {
+	_, err := copyStream(dst, src, func(n int64) {
+		p.last.Store(time.Now().UnixNano())
+		count.Add(uint64(n))
+	})
+	if err == nil {
+		cw, ok := dst.(interface{ CloseWrite() error })
+		if !ok {
+			return
+		}
+		// ENOTCONN: the peer already reset; the other half reports it.
+		if err = cw.CloseWrite(); err == nil || errors.Is(err, syscall.ENOTCONN) {
+			return
+		}
+	}
+	p.abort(err)
+}
+
+// abort closes both sides once, unblocking both directions; the first
+// call's reason is kept.
+func (p *pair) abort(why error) {
+	p.mu.Lock()
+	if p.aborted {
+		p.mu.Unlock()
+		return
+	}
+	p.aborted = true
+	p.why = why
+	t := p.target
+	p.mu.Unlock()
+	p.client.Close()
+	if t != nil {
+		t.Close()
+	}
+}
+
+// checkIdle runs on the idle timer: it aborts the pair if nothing moved for
+// IdleTimeout, or re-arms for the time left.
+func (p *pair) checkIdle() {
+	idle := p.cfg.IdleTimeout
+	since := time.Duration(time.Now().UnixNano() - p.last.Load())
+	if since >= idle {
+		p.abort(errIdle)
+		return
+	}
+	p.mu.Lock()
+	if !p.aborted {
+		p.timer.Reset(idle - since)
+	}
+	p.mu.Unlock()
+}
+
+func setNoDelay(c net.Conn, on bool) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(on)
+	}
+}
