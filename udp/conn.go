@@ -1,0 +1,176 @@
+package udp
+
+import (
+	"errors"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// Options configures a [Conn]. The zero value (or nil) enables GSO and GRO
+// where the kernel supports them and nothing else.
+type Options struct {
+	// DisableGSO turns off UDP generic segmentation offload on send
+	// (UDP_SEGMENT). The environment variable ZEROIO_UDP_GSO=0 does too.
+	DisableGSO bool
+
+	// DisableGRO turns off UDP generic receive offload (UDP_GRO). The
+	// environment variable ZEROIO_UDP_GRO=0 does too.
+	DisableGRO bool
+
+	// PacketInfo reports on read the local address each datagram was sent
+	// to and the interface it arrived on (IP_PKTINFO, IPV6_RECVPKTINFO), in
+	// [Message.Local] and [Message.IfIndex]. Linux only.
+	PacketInfo bool
+
+	// ECN reports on read the TOS / traffic class byte of each datagram
+	// (IP_RECVTOS, IPV6_RECVTCLASS) in [Message.TOS]. Linux only.
+	ECN bool
+
+	// ReadBuffer and WriteBuffer, if not 0, size the socket's receive and
+	// send buffers (SO_RCVBUF / SO_SNDBUF). On Linux SO_RCVBUFFORCE /
+	// SO_SNDBUFFORCE are tried first, so that a privileged process can go
+	// past net.core.rmem_max / wmem_max.
+	ReadBuffer, WriteBuffer int
+}
+
+// Stats are a Conn's offload state and counters. Read them with
+// [Conn.Stats].
+type Stats struct {
+	GSO, GRO     bool   // offload in use now
+	GSOSends     uint64 // sends that carried UDP_SEGMENT
+	GROReads     uint64 // received buffers that held more than one datagram
+	GSOFallbacks uint64 // times GSO was switched off after EIO
+}
+
+// Conn is a UDP socket with batched, allocation-free reads and writes. It
+// embeds the *net.UDPConn it wraps, so it is also a [net.PacketConn]:
+// deadlines set there apply to ReadBatch and WriteBatch, and Close wakes a
+// blocked ReadBatch with an error that matches [net.ErrClosed].
+//
+// ReadBatch and WriteBatch may be called at the same time from one reader
+// and one writer goroutine, and from more: reads are serialized with each
+// other, writes are not (each is one sendmmsg).
+type Conn struct {
+	*net.UDPConn
+	rc     syscall.RawConn
+	laddr  net.Addr
+	opts   Options
+	gso    atomic.Bool
+	gro    bool
+	readMu sync.Mutex // serializes readers: GRO leftovers live in sys
+
+	gsoSends, groReads, gsoFallbacks atomic.Uint64
+
+	sys sysConn
+}
+
+// Listen opens a UDP socket on address ("udp", "udp4" or "udp6" network)
+// and wraps it with [NewConn]. opts may be nil.
+func Listen(network, address string, opts *Options) (*Conn, error) {
+	switch network {
+	case "udp", "udp4", "udp6":
+	default:
+		return nil, &net.OpError{Op: "listen", Net: network, Err: net.UnknownNetworkError(network)}
+	}
+	la, err := net.ResolveUDPAddr(network, address)
+	if err != nil {
+		return nil, err
+	}
+	uc, err := net.ListenUDP(network, la)
+	if err != nil {
+		return nil, err
+	}
+	c, err := NewConn(uc, opts)
+	if err != nil {
+		uc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// NewConn wraps uc, which the Conn then owns (closing the Conn closes uc).
+// It probes the socket for GSO and GRO and sets the options in opts (nil
+// means the zero Options).
+func NewConn(uc *net.UDPConn, opts *Options) (*Conn, error) {
+	c := &Conn{UDPConn: uc, laddr: uc.LocalAddr()}
+	if opts != nil {
+		c.opts = *opts
+	}
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	c.rc = rc
+	if os.Getenv("ZEROIO_UDP_GSO") == "0" {
+		c.opts.DisableGSO = true
+	}
+	if os.Getenv("ZEROIO_UDP_GRO") == "0" {
+		c.opts.DisableGRO = true
+	}
+	if err := c.setup(); err != nil {
+		return nil, c.opError("setsockopt", err)
+	}
+	return c, nil
+}
+
+// AddrPort returns the local address, with an IPv4-mapped address reported
+// as IPv4.
+func (c *Conn) AddrPort() netip.AddrPort {
+	ap := c.laddr.(*net.UDPAddr).AddrPort()
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// Stats returns the Conn's offload state and counters.
+func (c *Conn) Stats() Stats {
+	return Stats{
+		GSO:          c.gso.Load(),
+		GRO:          c.gro,
+		GSOSends:     c.gsoSends.Load(),
+		GROReads:     c.groReads.Load(),
+		GSOFallbacks: c.gsoFallbacks.Load(),
+	}
+}
+
+// WriteAll writes every message in msgs, calling [Conn.WriteBatch] again
+// after a partial write, and returns how many went out. It stops at the
+// first error.
+func (c *Conn) WriteAll(msgs []Message) (int, error) {
+	n := 0
+	for n < len(msgs) {
+		k, err := c.WriteBatch(msgs[n:])
+		n += k
+		if err != nil {
+			return n, err
+		}
+		if k == 0 {
+			return n, c.opError("write", io.ErrShortWrite)
+		}
+	}
+	return n, nil
+}
+
+// opError wraps err for the public API: a raw errno becomes an
+// *os.SyscallError named after call, and all of it a *net.OpError. An
+// error that RawConn already wrapped (net.ErrClosed, a deadline) keeps its
+// cause.
+func (c *Conn) opError(call string, err error) error {
+	op := "read"
+	switch call {
+	case "sendmmsg", "sendmsg", "write":
+		op = "write"
+	case "setsockopt", "getsockopt":
+		op = "set"
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		err = oe.Err
+	} else if errno, ok := err.(syscall.Errno); ok {
+		err = os.NewSyscallError(call, errno)
+	}
+	return &net.OpError{Op: op, Net: "udp", Source: c.laddr, Err: err}
+}

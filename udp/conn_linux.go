@@ -1,0 +1,410 @@
+package udp
+
+import (
+	"sync"
+	"unsafe"
+
+	"github.com/zeroio/zeroio/internal/udpsys"
+	"golang.org/x/sys/unix"
+)
+
+// groSlots is how many coalesced buffers (groBufSize each) one GRO read
+// asks the kernel for: up to 64 datagrams each.
+const groSlots = 8
+
+// sysConn is the Linux state of a Conn.
+type sysConn struct {
+	family  int          // AF_INET or AF_INET6
+	wantCtl bool         // PacketInfo or ECN: reads need a control buffer
+	pending *readScratch // GRO read whose datagrams are not all delivered; guarded by readMu
+}
+
+func (c *Conn) setup() error {
+	var err error
+	cerr := c.rc.Control(func(fd uintptr) {
+		err = c.setupFD(int(fd))
+	})
+	if cerr != nil {
+		return cerr
+	}
+	return err
+}
+
+func (c *Conn) setupFD(fd int) error {
+	family, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
+	if err != nil {
+		return err
+	}
+	c.sys.family = family
+	if n := c.opts.ReadBuffer; n > 0 {
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n) != nil {
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, n); err != nil {
+				return err
+			}
+		}
+	}
+	if n := c.opts.WriteBuffer; n > 0 {
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, n) != nil {
+			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, n); err != nil {
+				return err
+			}
+		}
+	}
+	// GSO is probed by reading UDP_SEGMENT (ENOPROTOOPT before Linux 4.18),
+	// as wireguard-go conn/features_linux.go does.
+	if !c.opts.DisableGSO {
+		if _, err := unix.GetsockoptInt(fd, unix.SOL_UDP, unix.UDP_SEGMENT); err == nil {
+			c.gso.Store(true)
+		}
+	}
+	// UDP_GRO (Linux 5.0, kernel commit e20cf8d3f1f7) is probed by setting it.
+	if !c.opts.DisableGRO {
+		c.gro = unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 1) == nil
+	}
+	v6 := family == unix.AF_INET6
+	if c.opts.PacketInfo {
+		c.sys.wantCtl = true
+		if v6 {
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1); err != nil {
+				return err
+			}
+			// A dual-stack socket reports IPv4 datagrams with IP_PKTINFO;
+			// on a V6ONLY socket this may fail harmlessly.
+			_ = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_PKTINFO, 1)
+		} else if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_PKTINFO, 1); err != nil {
+			return err
+		}
+	}
+	if c.opts.ECN {
+		c.sys.wantCtl = true
+		if v6 {
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1); err != nil {
+				return err
+			}
+			_ = unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_RECVTOS, 1)
+		} else if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readScratch is the per-call memory of a ReadBatch: the recvmmsg headers
+// and what they point at. It comes from readPool and grows only when a
+// call needs more. call holds the RawConn callback, bound once.
+type readScratch struct {
+	hs     []unix.Mmsghdr
+	iovs   []unix.Iovec
+	names  []udpsys.Sockaddr
+	ctl    []byte
+	stride int      // control bytes per header
+	spill  [][]byte // GRO buffers, groBufSize each
+	call   *udpsys.MmsgCall
+
+	n int // headers filled by the last recvmmsg
+	// GRO leftovers: headers [next, n) hold datagrams not yet delivered;
+	// off bytes of header next are already delivered.
+	next, off int
+}
+
+var readPool = sync.Pool{New: func() any {
+	return &readScratch{call: udpsys.NewMmsgCall(unix.SYS_RECVMMSG)}
+}}
+
+// recvmmsg reads into the prepared headers through the netpoller.
+func (s *readScratch) recvmmsg(c *Conn) error {
+	s.call.Hs = s.hs
+	err := c.rc.Read(s.call.Fn)
+	s.call.Hs = nil
+	if err != nil {
+		return c.opError("recvmmsg", err)
+	}
+	if s.call.Errno != 0 {
+		return c.opError("recvmmsg", s.call.Errno)
+	}
+	s.n = s.call.N
+	return nil
+}
+
+// prepare sizes the scratch for n headers, each with stride control bytes.
+func (s *readScratch) prepare(n, stride int) {
+	s.hs = udpsys.Grow(s.hs, n)
+	s.iovs = udpsys.Grow(s.iovs, n)
+	s.names = udpsys.Grow(s.names, n)
+	s.ctl = udpsys.Grow(s.ctl, n*stride)
+	s.stride = stride
+	for i := range s.hs {
+		h := &s.hs[i]
+		h.Len = 0
+		h.Hdr = unix.Msghdr{
+			Name:    (*byte)(unsafe.Pointer(&s.names[i])),
+			Namelen: unix.SizeofSockaddrInet6,
+			Iov:     &s.iovs[i],
+			Iovlen:  1,
+		}
+		if stride > 0 {
+			h.Hdr.Control = &s.ctl[i*stride]
+			h.Hdr.SetControllen(stride)
+		}
+	}
+}
+
+func setIov(v *unix.Iovec, b []byte) {
+	v.Base = nil
+	if len(b) > 0 {
+		v.Base = &b[0]
+	}
+	v.SetLen(len(b))
+}
+
+// meta parses header i's source address and control messages into m.
+func (s *readScratch) meta(i int, m *Message) udpsys.Control {
+	h := &s.hs[i]
+	m.Addr = udpsys.ParseSockaddr(&s.names[i])
+	m.Flags = int(h.Hdr.Flags)
+	var ctl udpsys.Control
+	if s.stride > 0 {
+		b := s.ctl[i*s.stride : i*s.stride+int(h.Hdr.Controllen)]
+		ctl = udpsys.ParseControl(b)
+		m.NOOB = copy(m.OOB, b)
+		m.Local, m.IfIndex, m.TOS = ctl.Dst, ctl.IfIndex, ctl.TOS
+	}
+	return ctl
+}
+
+// ReadBatch reads up to len(msgs) datagrams into msgs[i].Buf and returns
+// how many it read. It blocks (honouring the read deadline) until at least
+// one is available, then takes what is waiting without blocking again.
+//
+// On Linux it is one recvmmsg(2). With GRO on, the kernel may hand up to 64
+// datagrams of one flow as one buffer; ReadBatch reads those into internal
+// 64 KiB buffers and splits them into one Message per datagram, each with
+// its source address, packet info and TOS, copying each datagram into its
+// Buf (which then needs only the datagram's size). Datagrams that do not
+// fit in msgs are kept and returned by the next ReadBatch. Without GRO the
+// kernel writes straight into Buf.
+//
+// A datagram larger than its Buf is reported with Truncated set.
+func (c *Conn) ReadBatch(msgs []Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	if c.gro || c.sys.pending != nil {
+		return c.readGRO(msgs)
+	}
+	return c.readPlain(msgs)
+}
+
+func (c *Conn) ctlStride(msgs []Message) int {
+	if c.sys.wantCtl || c.gro {
+		return udpsys.RecvSpace
+	}
+	for i := range msgs {
+		if msgs[i].OOB != nil {
+			return udpsys.RecvSpace
+		}
+	}
+	return 0
+}
+
+func (c *Conn) readPlain(msgs []Message) (int, error) {
+	s := readPool.Get().(*readScratch)
+	defer readPool.Put(s)
+	s.prepare(len(msgs), c.ctlStride(msgs))
+	for i := range msgs {
+		setIov(&s.iovs[i], msgs[i].Buf)
+	}
+	if err := s.recvmmsg(c); err != nil {
+		return 0, err
+	}
+	for i := range s.n {
+		m := &msgs[i]
+		m.resetRead()
+		s.meta(i, m)
+		m.N = int(s.hs[i].Len)
+		m.Truncated = m.Flags&unix.MSG_TRUNC != 0
+	}
+	return s.n, nil
+}
+
+func (c *Conn) readGRO(msgs []Message) (int, error) {
+	s := c.sys.pending
+	c.sys.pending = nil
+	if s == nil {
+		s = readPool.Get().(*readScratch)
+		slots := min(len(msgs), groSlots)
+		s.prepare(slots, udpsys.RecvSpace)
+		for len(s.spill) < slots {
+			s.spill = append(s.spill, make([]byte, groBufSize))
+		}
+		for i := range slots {
+			setIov(&s.iovs[i], s.spill[i])
+		}
+		if err := s.recvmmsg(c); err != nil {
+			readPool.Put(s)
+			return 0, err
+		}
+		s.next, s.off = 0, 0
+	}
+	filled := 0
+	for s.next < s.n && filled < len(msgs) {
+		var meta Message
+		ctl := s.meta(s.next, &meta)
+		data := s.spill[s.next][:s.hs[s.next].Len]
+		if s.off == 0 && ctl.GSOSize > 0 && ctl.GSOSize < len(data) {
+			c.groReads.Add(1)
+		}
+		meta.Flags &^= unix.MSG_TRUNC
+		f, used := splitGRO(msgs[filled:], data[s.off:], ctl.GSOSize, &meta)
+		for i := filled; i < filled+f; i++ {
+			msgs[i].NOOB = copy(msgs[i].OOB, s.ctl[s.next*s.stride:s.next*s.stride+int(s.hs[s.next].Hdr.Controllen)])
+		}
+		filled += f
+		s.off += used
+		if s.off >= len(data) {
+			if s.hs[s.next].Hdr.Flags&unix.MSG_TRUNC != 0 && f > 0 {
+				// Cannot happen with groBufSize buffers; never pass a cut
+				// buffer off as whole.
+				msgs[filled-1].Truncated = true
+			}
+			s.next++
+			s.off = 0
+		}
+	}
+	if s.next < s.n {
+		c.sys.pending = s
+	} else {
+		readPool.Put(s)
+	}
+	return filled, nil
+}
+
+// writeScratch is the per-call memory of a WriteBatch. sendFn (the kernel
+// hook handed to writeGroups) and call (the RawConn callback) are bound
+// once when it is made.
+type writeScratch struct {
+	c      *Conn
+	groups []group
+	hs     []unix.Mmsghdr
+	iovs   []unix.Iovec
+	names  []udpsys.Sockaddr
+	ctl    []byte
+	ctlOff []int
+	sendFn sendFunc
+	call   *udpsys.MmsgCall
+}
+
+var writePool = sync.Pool{New: func() any {
+	s := &writeScratch{call: udpsys.NewMmsgCall(unix.SYS_SENDMMSG)}
+	s.sendFn = s.send
+	return s
+}}
+
+// send packs groups of msgs into mmsghdrs (one iovec per datagram, no
+// payload copy) and sends them with one sendmmsg.
+func (s *writeScratch) send(msgs []Message, groups []group) (int, error) {
+	c := s.c
+	s.hs = udpsys.Grow(s.hs, len(groups))
+	s.names = udpsys.Grow(s.names, len(groups))
+	s.ctlOff = udpsys.Grow(s.ctlOff, len(groups)+1)
+	s.iovs = udpsys.Grow(s.iovs, len(msgs))
+	s.ctl = s.ctl[:0]
+	var badAddr error
+	ng := 0
+	for gi, g := range groups {
+		m := &msgs[g.start]
+		var namelen uint32
+		if m.Addr.IsValid() {
+			namelen = udpsys.PutSockaddr(&s.names[gi], c.sys.family, m.Addr)
+			if namelen == 0 {
+				badAddr = unix.EAFNOSUPPORT
+				break
+			}
+		}
+		for j := g.start; j < g.end; j++ {
+			setIov(&s.iovs[j], msgs[j].Buf)
+		}
+		s.ctlOff[gi] = len(s.ctl)
+		if g.seg > 0 {
+			s.ctl = udpsys.AppendUDPSegment(s.ctl, uint16(g.seg))
+		}
+		if m.Local.IsValid() {
+			s.ctl = udpsys.AppendPktinfo(s.ctl, m.Local, m.IfIndex)
+		}
+		if m.TOS != 0 {
+			s.ctl = udpsys.AppendTOS(s.ctl, m.TOS, c.sys.family == unix.AF_INET || m.Addr.Addr().Is4() || m.Addr.Addr().Is4In6())
+		}
+		s.ctl = append(s.ctl, m.OOB...)
+		h := &s.hs[gi]
+		h.Len = 0
+		h.Hdr = unix.Msghdr{Iov: &s.iovs[g.start], Namelen: namelen}
+		h.Hdr.SetIovlen(g.end - g.start)
+		if namelen > 0 {
+			h.Hdr.Name = (*byte)(unsafe.Pointer(&s.names[gi]))
+		}
+		ng++
+	}
+	if ng == 0 {
+		return 0, badAddr
+	}
+	s.ctlOff[ng] = len(s.ctl)
+	for gi := range ng { // s.ctl may have moved while growing
+		if l := s.ctlOff[gi+1] - s.ctlOff[gi]; l > 0 {
+			s.hs[gi].Hdr.Control = &s.ctl[s.ctlOff[gi]]
+			s.hs[gi].Hdr.SetControllen(l)
+		}
+	}
+	s.call.Hs = s.hs[:ng]
+	err := c.rc.Write(s.call.Fn)
+	s.call.Hs = nil
+	if err != nil {
+		return 0, err
+	}
+	if s.call.Errno != 0 {
+		return 0, s.call.Errno
+	}
+	n := s.call.N
+	for _, g := range groups[:n] {
+		if g.seg > 0 {
+			c.gsoSends.Add(1)
+		}
+	}
+	if n == ng && badAddr != nil {
+		return n, badAddr
+	}
+	return n, nil
+}
+
+// WriteBatch writes the datagrams in msgs and returns how many went out,
+// msgs[:n], each whole; msgs[i].N is set for those. On Linux it is one
+// sendmmsg(2), which may send fewer than len(msgs) without an error: call
+// it again for the rest, or use [Conn.WriteAll].
+//
+// With GSO on, consecutive messages to the same Addr (with the same Local
+// and TOS and no OOB) whose sizes are equal, the last possibly shorter,
+// go out as one UDP_SEGMENT send of at most 64 datagrams and 65,507 bytes,
+// one iovec per datagram: payloads are not copied. If the kernel refuses a
+// GSO send with EIO, GSO is switched off for this Conn and the datagrams
+// are resent without it; none is lost or sent twice.
+//
+// A message whose Addr cannot be sent on this socket (IPv6 on an IPv4
+// socket) stops the batch there with an error.
+func (c *Conn) WriteBatch(msgs []Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	s := writePool.Get().(*writeScratch)
+	s.c = c
+	n, fellBack, err := writeGroups(msgs, &c.gso, &s.groups, s.sendFn)
+	s.c = nil
+	writePool.Put(s)
+	if fellBack {
+		c.gsoFallbacks.Add(1)
+	}
+	if err != nil {
+		return n, c.opError("sendmmsg", err)
+	}
+	return n, nil
+}

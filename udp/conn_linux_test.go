@@ -1,0 +1,136 @@
+package udp
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestOffloadIsUsedAndSplitKeepsMetadata(t *testing.T) {
+	opts := &Options{PacketInfo: true, ECN: true, ReadBuffer: bigBuf}
+	a, b := pair(t, "udp4", "127.0.0.1", opts)
+	if st := a.Stats(); !st.GSO || !st.GRO {
+		t.Skipf("kernel without UDP GSO/GRO: %+v", st)
+	}
+	out := makeMsgs(100, 1400)
+	for i := range out {
+		out[i].Addr = addrOf(b)
+		out[i].TOS = 1 // ECT(1)
+		out[i].Buf[0] = byte(i)
+	}
+	out[99].Buf = out[99].Buf[:77]
+	if _, err := a.WriteAll(out); err != nil {
+		t.Fatal(err)
+	}
+	in := makeMsgs(100, 1400)
+	readN(t, b, in, 100, 30) // leftovers carry over between calls
+	for i := range in {
+		m := &in[i]
+		if m.Addr != addrOf(a) || m.Local != netip.MustParseAddr("127.0.0.1") || m.IfIndex == 0 || m.TOS&3 != 1 || m.Buf[0] != byte(i) || m.N != len(out[i].Buf) {
+			t.Fatalf("datagram %d: %+v", i, *m)
+		}
+	}
+	if st := a.Stats(); st.GSOSends == 0 {
+		t.Fatalf("no GSO send: %+v", st)
+	}
+	if st := b.Stats(); st.GROReads == 0 {
+		t.Fatalf("no coalesced read: %+v", st)
+	}
+}
+
+func TestEnvironmentTurnsOffloadOff(t *testing.T) {
+	t.Setenv("ZEROIO_UDP_GSO", "0")
+	t.Setenv("ZEROIO_UDP_GRO", "0")
+	a, _ := pair(t, "udp4", "127.0.0.1", nil)
+	if st := a.Stats(); st.GSO || st.GRO {
+		t.Fatalf("offload on despite environment: %+v", st)
+	}
+}
+
+// TestWildcardServerRepliesFromAddressReached binds to a wildcard address,
+// is reached at 127.0.0.2 (or ::1), and replies with Local set: the client
+// sees the reply come from the address it sent to.
+func TestWildcardServerRepliesFromAddressReached(t *testing.T) {
+	for _, tc := range []struct{ network, wild, client, target string }{
+		{"udp4", "0.0.0.0", "127.0.0.1", "127.0.0.2"},
+		{"udp", "::", "127.0.0.1", "127.0.0.3"}, // dual-stack server, IPv4 client
+		{"udp6", "::", "::1", "::1"},
+	} {
+		t.Run(tc.network+"/"+tc.target, func(t *testing.T) {
+			for _, off := range offloads[:2] {
+				opts := off.opts
+				opts.PacketInfo = true
+				srv, err := Listen(tc.network, net.JoinHostPort(tc.wild, "0"), &opts)
+				if err != nil {
+					t.Skip(err)
+				}
+				defer srv.Close()
+				cli, err := Listen("udp", net.JoinHostPort(tc.client, "0"), nil)
+				if err != nil {
+					t.Skip(err)
+				}
+				defer cli.Close()
+				target := netip.AddrPortFrom(netip.MustParseAddr(tc.target), addrOf(srv).Port())
+				if _, err := cli.WriteBatch([]Message{{Buf: []byte("ping"), Addr: target}}); err != nil {
+					t.Fatal(err)
+				}
+				in := makeMsgs(1, 64)
+				readN(t, srv, in, 1, 1)
+				if in[0].Local != target.Addr() {
+					t.Fatalf("%s: Local = %v, want %v", off.name, in[0].Local, target.Addr())
+				}
+				reply := []Message{{Buf: []byte("pong"), Addr: in[0].Addr, Local: in[0].Local}}
+				if _, err := srv.WriteBatch(reply); err != nil {
+					t.Fatal(err)
+				}
+				readN(t, cli, in, 1, 1)
+				if in[0].Addr != target || string(in[0].Payload()) != "pong" {
+					t.Fatalf("%s: reply %q from %v, want from %v", off.name, in[0].Payload(), in[0].Addr, target)
+				}
+			}
+		})
+	}
+}
+
+// TestConnRefusedDoesNotPoisonReads: an ICMP port unreachable for a
+// connected socket surfaces once as ECONNREFUSED; later reads work.
+func TestConnRefusedDoesNotPoisonReads(t *testing.T) {
+	gone, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peerAddr := gone.LocalAddr().(*net.UDPAddr)
+	gone.Close()
+	uc, err := net.DialUDP("udp4", nil, peerAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := NewConn(uc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.WriteBatch([]Message{{Buf: []byte("anyone?")}})
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	in := makeMsgs(4, 64)
+	_, err = c.ReadBatch(in)
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("err = %v, want ECONNREFUSED", err)
+	}
+	// The peer comes back on the same port and talks.
+	peer, err := net.ListenUDP("udp4", peerAddr)
+	if err != nil {
+		t.Skipf("port %d taken meanwhile: %v", peerAddr.Port, err)
+	}
+	defer peer.Close()
+	if _, err := peer.WriteToUDPAddrPort([]byte("back"), addrOf(c)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := c.ReadBatch(in)
+	if err != nil || n != 1 || string(in[0].Payload()) != "back" {
+		t.Fatalf("read after refusal: %d %v %q", n, err, in[0].Payload())
+	}
+}

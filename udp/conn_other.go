@@ -1,0 +1,70 @@
+//go:build !linux
+
+package udp
+
+import "net/netip"
+
+// sysConn is empty on GOOS other than linux.
+type sysConn struct{}
+
+// setup applies the buffer sizes; GSO, GRO, PacketInfo and ECN are
+// Linux-only and stay off.
+func (c *Conn) setup() error {
+	if n := c.opts.ReadBuffer; n > 0 {
+		if err := c.UDPConn.SetReadBuffer(n); err != nil {
+			return err
+		}
+	}
+	if n := c.opts.WriteBuffer; n > 0 {
+		if err := c.UDPConn.SetWriteBuffer(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ReadBatch reads one datagram into msgs[0] and returns 1: on GOOS other
+// than linux there is no recvmmsg, so it is one datagram per call, through
+// package net (deadlines and Close behave the same). Local, IfIndex and
+// TOS are not reported. A datagram larger than Buf is reported with
+// Truncated set where the platform says so (MSG_TRUNC).
+func (c *Conn) ReadBatch(msgs []Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	m := &msgs[0]
+	m.resetRead()
+	n, oobn, flags, addr, err := c.UDPConn.ReadMsgUDPAddrPort(m.Buf, m.OOB)
+	if err != nil {
+		return 0, err
+	}
+	m.N, m.NOOB, m.Flags = n, oobn, flags
+	m.Addr = addrPortUnmap(addr)
+	m.Truncated = flags&msgTrunc != 0
+	return 1, nil
+}
+
+// WriteBatch writes the datagrams in msgs one system call each (GOOS other
+// than linux has no sendmmsg or GSO) and returns how many went out. Local
+// and TOS are ignored; OOB is passed to the kernel as is.
+func (c *Conn) WriteBatch(msgs []Message) (int, error) {
+	for i := range msgs {
+		m := &msgs[i]
+		n, _, err := c.UDPConn.WriteMsgUDPAddrPort(m.Buf, m.OOB, m.Addr)
+		if err != nil {
+			return i, err
+		}
+		m.N = n
+	}
+	return len(msgs), nil
+}
+
+// addrPortUnmap reports IPv4-mapped IPv6 addresses as IPv4.
+func addrPortUnmap(ap netip.AddrPort) netip.AddrPort {
+	if ap.Addr().Is4In6() {
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	}
+	return ap
+}

@@ -1,0 +1,54 @@
+// Package udp moves UDP datagrams in batches with zero allocations per call,
+// [netip.AddrPort] addresses, and the kernel's segmentation (GSO) and
+// receive (GRO) offloads.
+//
+// # Conn
+//
+// A [Conn] wraps a *net.UDPConn ([Listen] opens one, [NewConn] wraps one you
+// have) and stays usable as a [net.PacketConn]. [Conn.ReadBatch] and
+// [Conn.WriteBatch] move a slice of [Message] values per call: on Linux one
+// recvmmsg(2) or sendmmsg(2), through Go's netpoller, so deadlines hold and
+// Close wakes a blocked reader with an error matching [net.ErrClosed].
+// Neither allocates: the syscall scratch (headers, iovecs, sockaddrs,
+// control buffers) is pooled and the netpoller callback is bound once.
+// A partial sendmmsg is reported exactly; [Conn.WriteAll] sends the rest.
+//
+// # Offload
+//
+// GSO: WriteBatch coalesces runs of messages to one destination whose sizes
+// are equal (the last may be shorter) into one UDP_SEGMENT send of at most
+// 64 datagrams and 65,507 bytes, pointing one iovec at each payload, never
+// copying it. If the kernel answers a GSO send with EIO, GSO is switched off
+// for the Conn and the datagrams are resent without it.
+//
+// GRO: with UDP_GRO on, the kernel may deliver up to 64 datagrams of one
+// flow as one buffer. ReadBatch receives such buffers into internal 64 KiB
+// buffers and splits them into one Message per datagram, each with its own
+// source address, packet info and TOS; each datagram is copied once into
+// its Message.Buf, which need only be as large as the datagram. Without GRO
+// the kernel writes straight into Message.Buf.
+//
+// Both are probed on the socket and on by default; turn them off with
+// [Options] (DisableGSO, DisableGRO) or the environment (ZEROIO_UDP_GSO=0,
+// ZEROIO_UDP_GRO=0). [Conn.Stats] tells which are in use.
+//
+// # Packet info and ECN
+//
+// With [Options].PacketInfo, reads report the local address a datagram was
+// sent to ([Message].Local): a server bound to 0.0.0.0 or [::] sets Local
+// on its reply and answers from the address it was reached on. With
+// [Options].ECN, reads report the TOS / traffic class byte; writes send
+// [Message].TOS when it is not 0.
+//
+// # Addresses
+//
+// IPv4, IPv6 and dual-stack sockets work alike; IPv4-mapped IPv6 addresses
+// are reported as IPv4, and IPv4 destinations are mapped for a dual-stack
+// socket.
+//
+// # Other platforms
+//
+// On GOOS other than linux the same API works one datagram per system call
+// through package net: ReadBatch returns one datagram, WriteBatch sends each
+// in turn, and GSO, GRO, PacketInfo and ECN are off.
+package udp

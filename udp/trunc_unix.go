@@ -1,0 +1,8 @@
+//go:build unix && !linux
+
+package udp
+
+import "syscall"
+
+// msgTrunc is the recvmsg flag for a truncated datagram.
+const msgTrunc = syscall.MSG_TRUNC
