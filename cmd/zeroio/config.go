@@ -1,0 +1,192 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/zeroio/zeroio/relay"
+)
+
+// routeSpec is one route as written in a config file or on the command
+// line; the file's defaults section uses the same fields.
+type routeSpec struct {
+	Name               string        `yaml:"name"`
+	Listen             string        `yaml:"listen"`
+	Target             string        `yaml:"target"`
+	Workers            int           `yaml:"workers"`
+	DialTimeout        time.Duration `yaml:"dial_timeout"`
+	IdleTimeout        time.Duration `yaml:"idle_timeout"`
+	MaxConns           int           `yaml:"max_conns"`
+	MaxConnsPerClient  int           `yaml:"max_conns_per_client"`
+	Allow              []string      `yaml:"allow"`
+	Deny               []string      `yaml:"deny"`
+	SendProxy          string        `yaml:"send_proxy"`
+	AcceptProxy        bool          `yaml:"accept_proxy"`
+	TrustedProxies     []string      `yaml:"trusted_proxies"`
+	ProxyHeaderTimeout time.Duration `yaml:"proxy_header_timeout"`
+	KeepAlive          time.Duration `yaml:"keepalive"`
+	Nagle              bool          `yaml:"nagle"`
+	SessionTimeout     time.Duration `yaml:"session_timeout"`
+	MaxSessions        int           `yaml:"max_sessions"`
+}
+
+// fileConfig is the config file's top level.
+type fileConfig struct {
+	MaxConns        int           `yaml:"max_conns"`
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	LogLevel        string        `yaml:"log_level"`
+	LogFormat       string        `yaml:"log_format"`
+	Metrics         string        `yaml:"metrics"`
+	Defaults        yaml.Node     `yaml:"defaults"`
+	Routes          []yaml.Node   `yaml:"routes"`
+}
+
+// options are the settings outside relay.Config.
+type options struct {
+	shutdownTimeout time.Duration
+	logLevel        string
+	logFormat       string
+	metrics         string
+}
+
+// loadFile reads a config file. Route fields not set in a route come from
+// the file's defaults section, then from base (the command-line flags).
+func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
+	var fc fileConfig
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return relay.Config{}, fc, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&fc); err != nil {
+		if err == io.EOF {
+			return relay.Config{}, fc, fmt.Errorf("%s: empty config file", path)
+		}
+		return relay.Config{}, fc, fmt.Errorf("%s: %s", path, oneLine(err))
+	}
+	defaults := base
+	if !fc.Defaults.IsZero() {
+		if err := decodeStrict(&fc.Defaults, &defaults); err != nil {
+			return relay.Config{}, fc, fmt.Errorf("%s: defaults: %s", path, oneLine(err))
+		}
+	}
+	if len(fc.Routes) == 0 {
+		return relay.Config{}, fc, fmt.Errorf("%s: no routes (add a routes: list with listen and target)", path)
+	}
+	cfg := relay.Config{MaxConns: fc.MaxConns}
+	var errs []error
+	for i := range fc.Routes {
+		spec := defaults
+		if err := decodeStrict(&fc.Routes[i], &spec); err != nil {
+			errs = append(errs, fmt.Errorf("%s: route %d: %s", path, i+1, oneLine(err)))
+			continue
+		}
+		r, err := spec.route()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: line %d: %w", path, fc.Routes[i].Line, err))
+			continue
+		}
+		cfg.Routes = append(cfg.Routes, r)
+	}
+	return cfg, fc, errors.Join(errs...)
+}
+
+// decodeStrict decodes n into v, refusing unknown fields. yaml.v3's
+// Node.Decode has no KnownFields switch, so the node is re-encoded and
+// decoded by a strict Decoder.
+func decodeStrict(n *yaml.Node, v any) error {
+	b, err := yaml.Marshal(n)
+	if err != nil {
+		return err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	return dec.Decode(v)
+}
+
+// oneLine folds yaml's multi-line error lists into one line.
+func oneLine(err error) string {
+	s := strings.TrimPrefix(err.Error(), "yaml: ")
+	s = strings.ReplaceAll(s, "unmarshal errors:\n  ", "")
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+}
+
+// route turns a spec into a relay.Route, checking every field.
+func (s routeSpec) route() (relay.Route, error) {
+	name := s.Name
+	if name == "" {
+		name = s.Listen
+	}
+	fail := func(format string, args ...any) (relay.Route, error) {
+		return relay.Route{}, fmt.Errorf("route %q: "+format, append([]any{name}, args...)...)
+	}
+	if s.Listen == "" || s.Target == "" {
+		return fail("needs both listen and target")
+	}
+	listen, err := relay.ParseAddr(s.Listen)
+	if err != nil {
+		return fail("listen: %v", err)
+	}
+	target, err := relay.ParseAddr(s.Target)
+	if err != nil {
+		return fail("target: %v", err)
+	}
+	r := relay.Route{
+		Name: s.Name, Listen: listen, Target: target, Workers: s.Workers,
+		DialTimeout: s.DialTimeout, IdleTimeout: s.IdleTimeout,
+		MaxConns: s.MaxConns, MaxConnsPerClient: s.MaxConnsPerClient,
+		AcceptProxy: s.AcceptProxy, ProxyHeaderTimeout: s.ProxyHeaderTimeout,
+		KeepAlive: s.KeepAlive, Nagle: s.Nagle,
+		SessionTimeout: s.SessionTimeout, MaxSessions: s.MaxSessions,
+	}
+	for _, l := range []struct {
+		what string
+		in   []string
+		out  *[]netip.Prefix
+	}{{"allow", s.Allow, &r.Allow}, {"deny", s.Deny, &r.Deny}, {"trusted_proxies", s.TrustedProxies, &r.TrustedProxies}} {
+		for _, c := range l.in {
+			p, err := parseCIDR(c)
+			if err != nil {
+				return fail("%s: %v", l.what, err)
+			}
+			*l.out = append(*l.out, p)
+		}
+	}
+	switch strings.ToLower(s.SendProxy) {
+	case "", "none", "off":
+	case "v1", "1":
+		r.SendProxy = 1
+	case "v2", "2":
+		r.SendProxy = 2
+	default:
+		return fail("send_proxy %q: want v1 or v2", s.SendProxy)
+	}
+	if s.Workers < 0 || s.MaxConns < 0 || s.MaxConnsPerClient < 0 || s.MaxSessions < 0 {
+		return fail("negative workers or limit")
+	}
+	return r, nil
+}
+
+// parseCIDR accepts a CIDR or a bare address (a /32 or /128).
+func parseCIDR(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		if p != p.Masked() {
+			return p, fmt.Errorf("%q has host bits set; did you mean %s?", s, p.Masked())
+		}
+		return p, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("%q is not a CIDR (10.0.0.0/8, 2001:db8::/32) or an address", s)
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/zeroio/zeroio/relay"
+)
+
+type metricsServer struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+// startMetrics serves /metrics on addr (host:port; the host is required,
+// as for relay listen addresses).
+func startMetrics(addr string, rs *relay.Server, log *slog.Logger) (*metricsServer, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics address %q: want host:port, e.g. 127.0.0.1:9100", addr)
+	}
+	if host == "" {
+		return nil, fmt.Errorf("metrics address %q has no host: write 127.0.0.1%s for this machine only", addr, addr)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		relayCollector{rs},
+	)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	s := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server failed", "err", err)
+		}
+	}()
+	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	return &metricsServer{srv: s, ln: ln}, nil
+}
+
+func (m *metricsServer) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	m.srv.Shutdown(ctx)
+}
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("zeroio_relay_"+name, help, append([]string{"route"}, labels...), nil)
+}
+
+var (
+	mActive   = desc("connections_active", "Stream relays in progress.")
+	mAccepted = desc("connections_accepted_total", "Stream connections accepted.")
+	mRelayed  = desc("connections_relayed_total", "Stream relays completed.")
+	mRejected = desc("connections_rejected_total", "Connections refused, by reason.", "reason")
+	mBytes    = desc("bytes_total", "Bytes relayed; up is client to target.", "direction")
+	mErrors   = desc("errors_total", "Errors by kind.", "kind")
+	mSessions = desc("udp_sessions", "UDP sessions open.")
+	mSessTot  = desc("udp_sessions_total", "UDP sessions started.")
+	mPackets  = desc("udp_datagrams_total", "UDP datagrams relayed; up is client to target.", "direction")
+	mDrops    = desc("udp_drops_total", "UDP datagrams dropped, by reason.", "reason")
+)
+
+// relayCollector reads relay.Server.Stats on every scrape.
+type relayCollector struct{ s *relay.Server }
+
+func (c relayCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{mActive, mAccepted, mRelayed, mRejected, mBytes, mErrors, mSessions, mSessTot, mPackets, mDrops} {
+		ch <- d
+	}
+	describeLibStats(ch)
+}
+
+func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v uint64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), l...)
+	}
+	gauge := func(d *prometheus.Desc, v int64, l ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), l...)
+	}
+	for _, r := range c.s.Stats().Routes {
+		n := r.Name
+		gauge(mActive, r.Active, n)
+		counter(mAccepted, r.Accepted, n)
+		counter(mRelayed, r.Relayed, n)
+		counter(mRejected, r.Denied, n, "acl")
+		counter(mRejected, r.OverLimit, n, "limit")
+		counter(mBytes, r.BytesUp, n, "up")
+		counter(mBytes, r.BytesDown, n, "down")
+		counter(mErrors, r.AcceptErrors, n, "accept")
+		counter(mErrors, r.DialErrors, n, "dial")
+		counter(mErrors, r.ProxyHeaderErrors, n, "proxy_header")
+		counter(mErrors, r.CopyErrors, n, "copy")
+		counter(mErrors, r.IdleTimeouts, n, "idle_timeout")
+		gauge(mSessions, r.Sessions, n)
+		gauge(mSessTot, r.SessionsTotal, n)
+		counter(mPackets, r.PacketsUp, n, "up")
+		counter(mPackets, r.PacketsDown, n, "down")
+		counter(mDrops, r.DropsSessionLimit, n, "session_limit")
+		counter(mDrops, r.DropsWriteError, n, "write_error")
+		counter(mDrops, r.DropsTruncated, n, "truncated")
+	}
+	collectLibStats(ch)
+}

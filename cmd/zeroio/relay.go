@@ -1,0 +1,327 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/zeroio/zeroio/relay"
+)
+
+const relayHelp = `Usage:
+  zeroio relay LISTEN TARGET [flags]
+  zeroio relay -c relay.yaml [flags]
+
+Relays every connection (or UDP datagram) arriving at LISTEN to TARGET,
+moving bytes with splice(2) on Linux. Addresses are URLs:
+
+  tcp://127.0.0.1:8080     tcp://[::1]:8080     tcp://0.0.0.0:8080 (every network)
+  unix:///run/app.sock     unix://@abstract     udp://127.0.0.1:5353
+  (tcp4, tcp6, udp4 and udp6 pin the family)
+
+LISTEN must name its host: tcp://:8080 is refused rather than silently
+opening the port to every network. Streams pair freely (TCP to Unix and
+back); UDP relays to UDP. Ports are numeric.
+
+Examples:
+  # expose a Unix socket on a local TCP port
+  zeroio relay tcp://127.0.0.1:8080 unix:///run/app.sock
+  # front a service for the LAN only, sending the client's address in PROXY v2
+  zeroio relay tcp://0.0.0.0:443 tcp://10.0.0.2:8443 --allow 192.168.0.0/16 --send-proxy v2
+  # forward DNS, sessions ending after 30 s of silence
+  zeroio relay udp://0.0.0.0:53 udp://9.9.9.9:53 --session-timeout 30s
+  # many routes, with metrics for Prometheus
+  zeroio relay -c relay.yaml --metrics 127.0.0.1:9100
+
+Config file (YAML; unknown keys are errors; route fields not set take the
+file's defaults, then the flags):
+
+  max_conns: 10000            # all routes together
+  shutdown_timeout: 30s
+  log_level: info             # debug, info, warn, error
+  log_format: text            # text or json
+  metrics: 127.0.0.1:9100
+  defaults:
+    idle_timeout: 1h
+  routes:
+    - name: web
+      listen: tcp://0.0.0.0:443
+      target: tcp://10.0.0.2:8443
+      workers: 2
+      dial_timeout: 5s
+      max_conns: 5000
+      max_conns_per_client: 50
+      allow: [10.0.0.0/8, 192.168.0.0/16]
+      deny: [10.6.6.0/24]
+      send_proxy: v2          # v1 or v2
+      keepalive: 30s          # negative disables
+    - name: from-lb
+      listen: tcp://127.0.0.1:8443
+      target: unix:///run/app.sock
+      accept_proxy: true
+      trusted_proxies: [127.0.0.1]
+    - name: dns
+      listen: udp://0.0.0.0:53
+      target: udp://9.9.9.9:53
+      session_timeout: 60s
+      max_sessions: 10000
+
+Signals: SIGINT or SIGTERM stops accepting and lets connections finish for
+--shutdown-timeout, then closes them (a second signal closes at once).
+SIGHUP reloads the config file: new routes start, removed routes stop
+listening, established connections are never touched; a bad file is
+logged and the running config kept.
+
+Before serving, each target is resolved and each stream target dialled
+once; a failure is an error unless --no-check.
+
+Flags (route flags are the defaults for every route):
+`
+
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error {
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*l = append(*l, p)
+		}
+	}
+	return nil
+}
+
+func runRelay(args []string, stdout, stderr io.Writer) int {
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "zeroio relay: %s\n", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return 1
+	}
+	fs := flag.NewFlagSet("zeroio relay", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var (
+		spec                 routeSpec
+		opt                  options
+		file                 string
+		global               int
+		noCheck              bool
+		allow, deny, trusted listFlag
+	)
+	fs.StringVar(&file, "c", "", "read routes from this YAML `file` (also --config)")
+	fs.StringVar(&file, "config", "", "same as -c")
+	fs.IntVar(&spec.Workers, "workers", 1, "`N` SO_REUSEPORT listeners per TCP route sharing accept (Linux)")
+	fs.DurationVar(&spec.DialTimeout, "dial-timeout", relay.DefaultDialTimeout, "time allowed to connect to the target")
+	fs.DurationVar(&spec.IdleTimeout, "idle-timeout", 0, "close a stream after this long with no byte moving either way (0: never)")
+	fs.IntVar(&global, "max-conns", 0, "limit of concurrent streams over all routes (0: none)")
+	fs.IntVar(&spec.MaxConns, "max-conns-route", 0, "limit of concurrent streams per route (0: none)")
+	fs.IntVar(&spec.MaxConnsPerClient, "max-conns-per-client", 0, "limit of concurrent streams per client IP (0: none)")
+	fs.Var(&allow, "allow", "admit only clients in this `CIDR` (repeat or comma-separate)")
+	fs.Var(&deny, "deny", "refuse clients in this `CIDR` (repeat or comma-separate; deny wins)")
+	fs.StringVar(&spec.SendProxy, "send-proxy", "", "send a PROXY protocol header of this `version` (v1, v2) to the target")
+	fs.BoolVar(&spec.AcceptProxy, "accept-proxy", false, "require a PROXY protocol header (v1 or v2) from each client")
+	fs.Var(&trusted, "trusted-proxy", "with --accept-proxy, admit only peers in this `CIDR`")
+	fs.DurationVar(&spec.ProxyHeaderTimeout, "proxy-header-timeout", relay.DefaultProxyHeaderTimeout, "time allowed for a client's PROXY header")
+	fs.DurationVar(&spec.KeepAlive, "keepalive", 0, "TCP keep-alive period (0: Go's default of 15s, negative: off)")
+	fs.BoolVar(&spec.Nagle, "nagle", false, "enable Nagle's algorithm (by default TCP_NODELAY is set)")
+	fs.DurationVar(&spec.SessionTimeout, "session-timeout", relay.DefaultSessionTimeout, "end a UDP session after this long without a datagram")
+	fs.IntVar(&spec.MaxSessions, "max-sessions", relay.DefaultMaxSessions, "limit of concurrent UDP sessions per route")
+	fs.StringVar(&opt.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&opt.logFormat, "log-format", "text", "text or json (to stderr)")
+	fs.StringVar(&opt.metrics, "metrics", "", "serve Prometheus metrics at http://`host:port`/metrics")
+	fs.DurationVar(&opt.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long connections may finish")
+	fs.BoolVar(&noCheck, "no-check", false, "start even if a target does not resolve or answer")
+	help := fs.Bool("help", false, "show this help")
+	fs.BoolVar(help, "h", false, "show this help")
+
+	// Flags may come before, between or after LISTEN and TARGET.
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return fail(fmt.Errorf("%v (see zeroio relay --help)", err))
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if *help {
+		fmt.Fprint(stdout, relayHelp)
+		fs.SetOutput(stdout)
+		fs.PrintDefaults()
+		return 0
+	}
+	spec.Allow, spec.Deny, spec.TrustedProxies = allow, deny, trusted
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+
+	var cfg relay.Config
+	switch {
+	case file != "" && len(pos) > 0:
+		return fail(errors.New("give either LISTEN TARGET or -c FILE, not both"))
+	case file != "":
+		c, fc, err := loadFile(file, spec)
+		if err != nil {
+			return fail(err)
+		}
+		cfg = c
+		// Flags given explicitly win over the file's global settings.
+		if !set["max-conns"] {
+			global = fc.MaxConns
+		}
+		if !set["shutdown-timeout"] && fc.ShutdownTimeout > 0 {
+			opt.shutdownTimeout = fc.ShutdownTimeout
+		}
+		if !set["log-level"] && fc.LogLevel != "" {
+			opt.logLevel = fc.LogLevel
+		}
+		if !set["log-format"] && fc.LogFormat != "" {
+			opt.logFormat = fc.LogFormat
+		}
+		if !set["metrics"] && fc.Metrics != "" {
+			opt.metrics = fc.Metrics
+		}
+	case len(pos) == 2:
+		spec.Listen, spec.Target = pos[0], pos[1]
+		r, err := spec.route()
+		if err != nil {
+			return fail(err)
+		}
+		cfg.Routes = []relay.Route{r}
+	case len(pos) < 2:
+		return fail(errors.New("need LISTEN and TARGET addresses, or -c FILE (see zeroio relay --help)"))
+	default:
+		return fail(fmt.Errorf("too many arguments: %q (see zeroio relay --help)", pos[2:]))
+	}
+	cfg.MaxConns = global
+
+	log, err := newLogger(stderr, opt.logLevel, opt.logFormat)
+	if err != nil {
+		return fail(err)
+	}
+	cfg.Logger = log
+	srv, err := relay.New(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	if !noCheck {
+		if err := checkTargets(cfg.Routes); err != nil {
+			return fail(fmt.Errorf("%v (--no-check starts anyway)", err))
+		}
+	}
+	var metrics *metricsServer
+	if opt.metrics != "" {
+		if metrics, err = startMetrics(opt.metrics, srv, log); err != nil {
+			return fail(err)
+		}
+		defer metrics.close()
+	}
+	if err := srv.Start(); err != nil {
+		return fail(err)
+	}
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	for sig := range sigs {
+		if sig == syscall.SIGHUP {
+			reload(srv, file, spec, global, log)
+			continue
+		}
+		log.Info("shutting down", "signal", sig.String(), "timeout", opt.shutdownTimeout)
+		ctx, cancel := context.WithTimeout(context.Background(), opt.shutdownTimeout)
+		go func() {
+			if s := <-sigs; s != syscall.SIGHUP {
+				log.Info("second signal: closing now", "signal", s.String())
+				cancel()
+			}
+		}()
+		err := srv.Shutdown(ctx)
+		cancel()
+		if err != nil {
+			log.Warn("connections closed at the shutdown deadline", "err", err)
+		}
+		log.Info("stopped")
+		return 0
+	}
+	return 0
+}
+
+// reload re-reads the config file on SIGHUP; on any error the running
+// configuration stays.
+func reload(srv *relay.Server, file string, base routeSpec, global int, log *slog.Logger) {
+	if file == "" {
+		log.Warn("SIGHUP ignored: no config file (-c) to reload")
+		return
+	}
+	cfg, fc, err := loadFile(file, base)
+	if err != nil {
+		log.Error("reload failed; keeping the running config", "err", err)
+		return
+	}
+	if global == 0 {
+		global = fc.MaxConns
+	}
+	cfg.MaxConns = global
+	if err := srv.Update(cfg); err != nil {
+		log.Error("reload incomplete", "err", err)
+		return
+	}
+	log.Info("reloaded", "file", file, "routes", len(cfg.Routes))
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+	}
+	o := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, o)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, o)), nil
+	}
+	return nil, fmt.Errorf("log format %q: want text or json", format)
+}
+
+// checkTargets resolves every target host and dials every stream target
+// once, so a typo or a dead backend is reported at start.
+func checkTargets(routes []relay.Route) error {
+	var errs []error
+	for _, r := range routes {
+		t := r.Target
+		timeout := r.DialTimeout
+		if timeout <= 0 {
+			timeout = relay.DefaultDialTimeout
+		}
+		name := r.Name
+		if name == "" {
+			name = r.Listen.String()
+		}
+		if t.Datagram() {
+			host, _, _ := net.SplitHostPort(t.Address)
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			_, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+			cancel()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("route %q: target %s does not resolve: %v", name, t, err))
+			}
+			continue
+		}
+		c, err := net.DialTimeout(t.Network, t.Address, timeout)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("route %q: target %s unreachable: %v", name, t, err))
+			continue
+		}
+		c.Close()
+	}
+	return errors.Join(errs...)
+}
