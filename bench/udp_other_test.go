@@ -1,0 +1,17 @@
+//go:build !linux
+
+package bench
+
+import (
+	"net"
+	"os"
+	"testing"
+)
+
+// setSockBuf sizes c's buffers as far as the system allows.
+func setSockBuf(_ testing.TB, c *net.UDPConn, n int) {
+	c.SetReadBuffer(n)
+	c.SetWriteBuffer(n)
+}
+
+func errDeadline() error { return os.ErrDeadlineExceeded }
