@@ -1,0 +1,291 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/zeroio/zeroio/internal/percpu"
+)
+
+// ArenaOptions configures an [Arena].
+type ArenaOptions struct {
+	// ShardSize is the size of the large buffers that Make carves up; 0
+	// means 64 KiB. Requests above half a shard are plain allocations.
+	ShardSize int
+	// Retries is how many retired shards Make examines for room before it
+	// allocates a new one, after the calling P's current shard is full; 0
+	// allocates at once.
+	Retries int
+}
+
+// ErrDoubleDone reports a [Buf] released twice: through a copy of a handle
+// already released, or after its shard was recycled.
+var ErrDoubleDone = errors.New("pool: arena buffer released twice")
+
+// Arena sub-allocates many small, short-lived buffers by bumping a pointer
+// through large shards, the design of jsign/bufpool: one allocation serves
+// hundreds of requests, and a shard is reused from its start once every
+// buffer carved from it has been released.
+//
+// Each P carves from its own current shard (no atomic instruction to bump
+// the pointer); full shards whose buffers are still out are retired to a
+// sync.Pool, where later Makes look for one that has emptied (Retries) and
+// the garbage collector frees those nobody wants.
+//
+// Make returns a [Buf] by value and allocates nothing. Every allocation in a
+// shard has a bit tagged with the shard's reuse epoch; Done clears it with a
+// compare-and-swap, so releasing the same allocation twice, through copies
+// of the handle or after the shard was recycled, is detected and refused
+// ([ErrDoubleDone]) instead of letting a shard be reused under a live
+// buffer.
+//
+// # Misuse contract
+//
+//   - Done twice through the same handle: the second call is a no-op.
+//   - Done through a copy of a released handle, or through a handle whose
+//     shard was since recycled: ErrDoubleDone, counted in Stats.Rejected,
+//     nothing changes.
+//   - Using B after Done: B is set to nil in the handle Done was called on;
+//     copies still see the bytes, which may by then belong to another
+//     buffer. Do not use a buffer after Done.
+//   - A Buf never released keeps its whole shard from being reused, and
+//     alive while B is reachable.
+type Arena struct {
+	shardSize int
+	retries   int
+	spare     sync.Pool // of *shard
+	locals    perP[arenaLocal]
+	held      atomic.Int64
+	heap      *shard // marks a Buf whose B is a plain allocation
+}
+
+type arenaLocal struct {
+	cur *shard
+	counts
+	_ [percpu.CacheLine - (8+5*8)%percpu.CacheLine]byte
+}
+
+// granule is the alignment of every allocation in a shard, and the unit
+// of its allocation bitmap.
+const granule = 8
+
+type shard struct {
+	mem   []byte
+	off   int    // bump pointer; touched only by the shard's owner
+	epoch uint32 // reuse count; touched only by the owner
+	arena *Arena
+	// words hold one bit per granule where an allocation starts (low 32
+	// bits) and the epoch those bits belong to (high 32 bits), so that a
+	// CAS checks both at once.
+	words []atomic.Uint64
+}
+
+// Buf is a buffer carved from an [Arena]. Handles are values: copying one
+// copies the right to release it once.
+type Buf struct {
+	// B has length and capacity n, as asked of Make.
+	B     []byte
+	s     *shard
+	off   uint32
+	epoch uint32
+}
+
+// NewArena returns an Arena.
+func NewArena(o ArenaOptions) (*Arena, error) {
+	if o.ShardSize < 0 || o.Retries < 0 {
+		return nil, fmt.Errorf("pool: arena needs ShardSize >= 0 and Retries >= 0, got %d and %d", o.ShardSize, o.Retries)
+	}
+	if o.ShardSize == 0 {
+		o.ShardSize = 64 << 10
+	}
+	if o.ShardSize > 1<<30 {
+		return nil, fmt.Errorf("pool: arena ShardSize %d above the 1 GiB limit", o.ShardSize)
+	}
+	a := &Arena{shardSize: o.ShardSize, retries: o.Retries}
+	a.heap = &shard{arena: a}
+	a.locals.init()
+	return a, nil
+}
+
+func (a *Arena) newShard() *shard {
+	s := &shard{
+		mem:   make([]byte, a.shardSize),
+		arena: a,
+		words: make([]atomic.Uint64, (a.shardSize+32*granule-1)/(32*granule)),
+	}
+	a.held.Add(int64(a.shardSize))
+	runtime.AddCleanup(s, func(r heldRef) { r.held.Add(-r.n) }, heldRef{&a.held, int64(a.shardSize)})
+	return s
+}
+
+// fits reports whether an owned shard can serve sz bytes, recycling it
+// from the start when every allocation in it has been released.
+func (s *shard) fits(sz int) bool {
+	if s.off+sz <= len(s.mem) {
+		return true
+	}
+	for i := range s.words {
+		w := s.words[i].Load()
+		if uint32(w>>32) == s.epoch && uint32(w) != 0 {
+			return false
+		}
+	}
+	// Nothing of this epoch is live: start over. Done calls for the old
+	// epoch now fail their CAS on the epoch half of the word.
+	s.epoch++
+	s.off = 0
+	return sz <= len(s.mem)
+}
+
+// carve allocates n bytes (sz after rounding) from an owned shard that fits.
+func (s *shard) carve(n, sz int) Buf {
+	off := s.off
+	s.off += sz
+	g := off / granule
+	w := &s.words[g/32]
+	bit := uint64(1) << (g % 32)
+	ep := uint64(s.epoch) << 32
+	for {
+		old := w.Load()
+		nw := old
+		if old&^(1<<32-1) != ep {
+			nw = ep // first allocation of this epoch in this word
+		}
+		if w.CompareAndSwap(old, nw|bit) {
+			break
+		}
+	}
+	return Buf{B: s.mem[off : off+n : off+n], s: s, off: uint32(off), epoch: s.epoch}
+}
+
+// Make returns a buffer of length and capacity n. Requests for more than
+// half a shard, and for 0 bytes, are plain allocations. Make panics if n is
+// negative, as make does.
+func (a *Arena) Make(n int) Buf {
+	if n <= 0 || n > a.shardSize/2 {
+		return a.makeHeap(n)
+	}
+	sz := (n + granule - 1) &^ (granule - 1)
+	l := a.locals.pin()
+	if s := l.cur; s != nil && s.fits(sz) {
+		b := s.carve(n, sz)
+		percpu.Inc(&l.hits)
+		a.locals.unpin(l)
+		return b
+	}
+	old := l.cur
+	l.cur = nil
+	a.locals.unpin(l)
+	return a.makeSlow(old, n, sz)
+}
+
+func (a *Arena) makeHeap(n int) Buf {
+	if n < 0 {
+		panic("pool: Arena.Make with negative size")
+	}
+	count(&a.locals, func(l *arenaLocal) *uint64 { return &l.misses })
+	return Buf{B: make([]byte, n), s: a.heap}
+}
+
+// makeSlow retires the full shard old and finds or makes another.
+func (a *Arena) makeSlow(old *shard, n, sz int) Buf {
+	var s *shard
+	var tried [8]*shard
+	nTried := 0
+	for i := 0; i < a.retries; i++ {
+		t, _ := a.spare.Get().(*shard)
+		if t == nil {
+			break
+		}
+		if t.fits(sz) {
+			s = t
+			break
+		}
+		if nTried < len(tried) {
+			tried[nTried] = t
+			nTried++
+		} else {
+			a.spare.Put(t)
+		}
+	}
+	// Put back the shards examined only after the search, so it does not
+	// see the same one twice.
+	for _, t := range tried[:nTried] {
+		a.spare.Put(t)
+	}
+	if old != nil {
+		a.spare.Put(old)
+	}
+	hit := s != nil
+	if !hit {
+		s = a.newShard()
+	}
+	b := s.carve(n, sz)
+	l := a.locals.pin()
+	if hit {
+		percpu.Inc(&l.hits)
+	} else {
+		percpu.Inc(&l.misses)
+	}
+	if l.cur == nil {
+		l.cur = s
+		s = nil
+	}
+	a.locals.unpin(l)
+	if s != nil {
+		a.spare.Put(s)
+	}
+	return b
+}
+
+// Done releases the buffer. It returns ErrDoubleDone, and changes nothing,
+// if this allocation was already released through a copy of the handle or
+// its shard has been recycled. Calling Done again on the same handle is a
+// no-op.
+func (b *Buf) Done() error {
+	s := b.s
+	if s == nil {
+		return nil
+	}
+	b.s, b.B = nil, nil
+	a := s.arena
+	if s == a.heap {
+		count(&a.locals, func(l *arenaLocal) *uint64 { percpu.Inc(&l.puts); return &l.dropped })
+		return nil
+	}
+	g := b.off / granule
+	w := &s.words[g/32]
+	bit := uint64(1) << (g % 32)
+	for {
+		old := w.Load()
+		if uint32(old>>32) != b.epoch || old&bit == 0 {
+			count(&a.locals, func(l *arenaLocal) *uint64 { return &l.rejected })
+			return ErrDoubleDone
+		}
+		if w.CompareAndSwap(old, old&^bit) {
+			break
+		}
+	}
+	l := a.locals.pin()
+	percpu.Inc(&l.puts)
+	a.locals.unpin(l)
+	return nil
+}
+
+// Stats returns a snapshot of the arena's counters. Plain allocations for
+// large requests count as misses, and as dropped when released.
+func (a *Arena) Stats() Stats {
+	var st Stats
+	a.locals.each(func(l *arenaLocal) { l.counts.addTo(&st) })
+	st.BytesHeld = a.held.Load()
+	return st
+}
+
+// Len returns len(b.B).
+func (b *Buf) Len() int { return len(b.B) }
+
+// Clear zeroes the buffer's bytes (they are not zeroed by Make).
+func (b *Buf) Clear() { clear(b.B) }

@@ -1,0 +1,251 @@
+package pool
+
+import (
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+func mustSlab(t testing.TB, size, n int) *Slab {
+	t.Helper()
+	s, err := NewSlab(SlabOptions{SlotSize: size, Slots: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestSlabOptions(t *testing.T) {
+	for _, o := range []SlabOptions{{0, 10}, {10, 0}, {-1, 10}, {math.MaxInt / 2, 4}} {
+		if _, err := NewSlab(o); err == nil {
+			t.Errorf("NewSlab(%+v) accepted", o)
+		}
+	}
+}
+
+func TestSlabGetPut(t *testing.T) {
+	s := mustSlab(t, 10, 10)
+	seen := map[*byte]bool{}
+	var bufs [][]byte
+	for range 10 {
+		b, err := s.TryGet()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b) != 10 || cap(b) != 10 {
+			t.Fatalf("len %d cap %d", len(b), cap(b))
+		}
+		if seen[&b[0]] {
+			t.Fatal("slot handed out twice")
+		}
+		seen[&b[0]] = true
+		bufs = append(bufs, b)
+	}
+	if _, err := s.TryGet(); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("TryGet on a full slab: %v, want ErrExhausted", err)
+	}
+	h := s.Get() // heap fallback
+	if len(h) != 10 || seen[&h[0]] {
+		t.Fatal("fallback is not a fresh buffer")
+	}
+	if err := s.Put(h); err != nil {
+		t.Fatalf("Put of the fallback: %v", err)
+	}
+	for _, b := range bufs {
+		if err := s.Put(b[:0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := s.Stats()
+	if st.Hits != 10 || st.Misses != 1 || st.Outstanding != 0 || st.Dropped != 1 || st.BytesHeld != 100 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestSlabNeverExceedsBound holds all slots from many goroutines at once:
+// never more than Slots distinct slab buffers are out, and memory held is
+// constant.
+func TestSlabNeverExceedsBound(t *testing.T) {
+	s := mustSlab(t, 64, 32)
+	var out atomic.Int64
+	var max atomic.Int64
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 2000 {
+				b, err := s.TryGet()
+				if err != nil {
+					continue
+				}
+				n := out.Add(1)
+				for m := max.Load(); n > m && !max.CompareAndSwap(m, n); m = max.Load() {
+				}
+				out.Add(-1)
+				if err := s.Put(b); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if max.Load() > 32 {
+		t.Fatalf("%d slots out at once, bound is 32", max.Load())
+	}
+	if h := s.Stats().BytesHeld; h != 64*32 {
+		t.Fatalf("BytesHeld %d", h)
+	}
+}
+
+func TestSlabMisuse(t *testing.T) {
+	t.Run("double-put", func(t *testing.T) {
+		s := mustSlab(t, 16, 4)
+		b := s.Get()
+		if err := s.Put(b); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Put(b); !errors.Is(err, ErrDoublePut) {
+			t.Fatalf("second Put: %v, want ErrDoublePut", err)
+		}
+		x, y := s.Get(), s.Get()
+		if &x[0] == &y[0] {
+			t.Fatal("double Put handed one slot to two owners")
+		}
+	})
+	t.Run("resliced-from-middle", func(t *testing.T) {
+		s := mustSlab(t, 16, 4)
+		b := s.Get()
+		if err := s.Put(b[3:]); !errors.Is(err, ErrForeign) {
+			t.Fatalf("Put(b[3:]): %v, want ErrForeign", err)
+		}
+		if err := s.Put(b[:4]); err != nil {
+			t.Fatalf("Put(b[:4]) keeps the start: %v", err)
+		}
+	})
+	t.Run("foreign", func(t *testing.T) {
+		s := mustSlab(t, 16, 4)
+		if err := s.Put(make([]byte, 17)); !errors.Is(err, ErrForeign) {
+			t.Fatalf("foreign 17-byte buffer: %v", err)
+		}
+		if err := s.Put(nil); !errors.Is(err, ErrForeign) {
+			t.Fatalf("nil: %v", err)
+		}
+		other := mustSlab(t, 16, 4)
+		if err := s.Put(other.Get()); err != nil {
+			t.Fatalf("slot-sized buffer from elsewhere is dropped, not an error: %v", err)
+		}
+		if st := s.Stats(); st.Rejected != 2 || st.Dropped != 1 {
+			t.Fatalf("stats %+v", st)
+		}
+	})
+	t.Run("never-handed-out", func(t *testing.T) {
+		s := mustSlab(t, 16, 4)
+		b := s.Get()
+		if err := s.Put(b); err != nil {
+			t.Fatal(err)
+		}
+		// A slot that is free was never given to this caller.
+		if err := s.Put(s.mem[16:32:32]); !errors.Is(err, ErrDoublePut) {
+			t.Fatalf("free slot: %v", err)
+		}
+	})
+	t.Run("concurrent-double-put", func(t *testing.T) {
+		s := mustSlab(t, 16, 64)
+		for range 200 {
+			b := s.Get()
+			var ok atomic.Int32
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if s.Put(b) == nil {
+						ok.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+			if ok.Load() != 1 {
+				t.Fatalf("%d of 4 racing Puts of one buffer succeeded", ok.Load())
+			}
+		}
+	})
+}
+
+func TestSlabHammer(t *testing.T) {
+	s := mustSlab(t, 256, 64)
+	hammer(t, 64, 300, func(int) []byte { return s.Get() }, func(b []byte) {
+		if err := s.Put(b); err != nil {
+			t.Error(err)
+		}
+	})
+	if o := s.Stats().Outstanding; o != 0 {
+		t.Fatalf("Outstanding = %d", o)
+	}
+}
+
+// TestSlabStranding checks the bound on free slots left in per-P stacks:
+// after goroutines on every P have used the slab, a single getter still
+// obtains all but at most a sixteenth of the slots, and all of them once
+// the other Ps touch the slab again.
+func TestSlabStranding(t *testing.T) {
+	const n = 1024
+	s := mustSlab(t, 8, n)
+	use := func() {
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var bs [][]byte
+				for range 50 {
+					if b, err := s.TryGet(); err == nil {
+						bs = append(bs, b)
+					}
+				}
+				for _, b := range bs {
+					_ = s.Put(b)
+				}
+			}()
+		}
+		wg.Wait()
+	}
+	use()
+	var got [][]byte
+	for {
+		b, err := s.TryGet()
+		if err != nil {
+			break
+		}
+		got = append(got, b)
+	}
+	if len(got) < n-n/16 {
+		t.Fatalf("got %d slots, want at least %d", len(got), n-n/16)
+	}
+	for _, b := range got {
+		_ = s.Put(b)
+	}
+}
+
+func TestSlabZeroAllocs(t *testing.T) {
+	skipUnderRace(t)
+	s := mustSlab(t, 4096, 64)
+	if a := testing.AllocsPerRun(1000, func() { _ = s.Put(s.Get()) }); a != 0 {
+		t.Fatalf("%v allocs, want 0", a)
+	}
+	if a := testing.AllocsPerRun(100, func() {
+		var bs [64][]byte
+		for i := range bs {
+			bs[i] = s.Get()
+		}
+		for _, b := range bs {
+			_ = s.Put(b)
+		}
+	}); a != 0 {
+		t.Fatalf("all slots out: %v allocs, want 0", a)
+	}
+}
