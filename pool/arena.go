@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/zeroio/zeroio/internal/percpu"
 )
@@ -31,9 +32,13 @@ var ErrDoubleDone = errors.New("pool: arena buffer released twice")
 // buffer carved from it has been released.
 //
 // Each P carves from its own current shard (no atomic instruction to bump
-// the pointer); full shards whose buffers are still out are retired to a
-// sync.Pool, where later Makes look for one that has emptied (Retries) and
-// the garbage collector frees those nobody wants.
+// the pointer). A full shard whose buffers are still out is retired to a
+// queue, oldest first; when its P's shard is full, Make examines up to
+// Retries retired shards for one that has emptied before it allocates a new
+// one. Unlike bufpool's sync.Pool of shards, the queue survives garbage
+// collections, so a fragmented workload settles on the shards it needs
+// instead of reallocating them every cycle; a retired shard that finds no
+// taker for two collections is dropped for the garbage collector.
 //
 // Make returns a [Buf] by value and allocates nothing. Every allocation in a
 // shard has a bit tagged with the shard's reuse epoch; Done clears it with a
@@ -56,8 +61,11 @@ var ErrDoubleDone = errors.New("pool: arena buffer released twice")
 type Arena struct {
 	shardSize int
 	retries   int
-	spare     sync.Pool // of *shard
 	locals    perP[arenaLocal]
+	spareMu   sync.Mutex
+	spare     []*shard // FIFO ring of retired shards
+	spareHead int
+	spareLen  int
 	held      atomic.Int64
 	heap      *shard // marks a Buf whose B is a plain allocation
 }
@@ -73,10 +81,11 @@ type arenaLocal struct {
 const granule = 8
 
 type shard struct {
-	mem   []byte
-	off   int    // bump pointer; touched only by the shard's owner
-	epoch uint32 // reuse count; touched only by the owner
-	arena *Arena
+	mem     []byte
+	off     int    // bump pointer; touched only by the shard's owner
+	epoch   uint32 // reuse count; touched only by the owner
+	retired uint32 // GC generation when last retired; under spareMu
+	arena   *Arena
 	// words hold one bit per granule where an allocation starts (low 32
 	// bits) and the epoch those bits belong to (high 32 bits), so that a
 	// CAS checks both at once.
@@ -111,10 +120,13 @@ func NewArena(o ArenaOptions) (*Arena, error) {
 }
 
 func (a *Arena) newShard() *shard {
+	// One allocation holds the bitmap words and then the bytes.
+	nw := (a.shardSize + 32*granule - 1) / (32 * granule)
+	block := make([]atomic.Uint64, nw+(a.shardSize+7)/8)
 	s := &shard{
-		mem:   make([]byte, a.shardSize),
+		mem:   unsafe.Slice((*byte)(unsafe.Pointer(&block[nw])), a.shardSize),
 		arena: a,
-		words: make([]atomic.Uint64, (a.shardSize+32*granule-1)/(32*granule)),
+		words: block[:nw:nw],
 	}
 	a.held.Add(int64(a.shardSize))
 	runtime.AddCleanup(s, func(r heldRef) { r.held.Add(-r.n) }, heldRef{&a.held, int64(a.shardSize)})
@@ -192,33 +204,7 @@ func (a *Arena) makeHeap(n int) Buf {
 
 // makeSlow retires the full shard old and finds or makes another.
 func (a *Arena) makeSlow(old *shard, n, sz int) Buf {
-	var s *shard
-	var tried [8]*shard
-	nTried := 0
-	for i := 0; i < a.retries; i++ {
-		t, _ := a.spare.Get().(*shard)
-		if t == nil {
-			break
-		}
-		if t.fits(sz) {
-			s = t
-			break
-		}
-		if nTried < len(tried) {
-			tried[nTried] = t
-			nTried++
-		} else {
-			a.spare.Put(t)
-		}
-	}
-	// Put back the shards examined only after the search, so it does not
-	// see the same one twice.
-	for _, t := range tried[:nTried] {
-		a.spare.Put(t)
-	}
-	if old != nil {
-		a.spare.Put(old)
-	}
+	s := a.reuse(old, sz)
 	hit := s != nil
 	if !hit {
 		s = a.newShard()
@@ -235,10 +221,56 @@ func (a *Arena) makeSlow(old *shard, n, sz int) Buf {
 		s = nil
 	}
 	a.locals.unpin(l)
-	if s != nil {
-		a.spare.Put(s)
+	if s != nil { // another goroutine installed a shard on this P meanwhile
+		a.spareMu.Lock()
+		a.retire(s)
+		a.spareMu.Unlock()
 	}
 	return b
+}
+
+// reuse retires old and looks at up to Retries retired shards, oldest
+// first, for one that can serve sz bytes.
+func (a *Arena) reuse(old *shard, sz int) *shard {
+	a.spareMu.Lock()
+	defer a.spareMu.Unlock()
+	if old != nil {
+		a.retire(old)
+	}
+	gen := gcGen.Load()
+	for i := 0; i < a.retries && a.spareLen > 0; i++ {
+		t := a.spare[a.spareHead]
+		a.spare[a.spareHead] = nil
+		a.spareHead = (a.spareHead + 1) % len(a.spare)
+		a.spareLen--
+		if t.fits(sz) {
+			return t
+		}
+		if gen-t.retired < 2 {
+			a.push(t) // keep it, at the back
+		}
+		// else: no taker for two collections; let the GC have it once its
+		// last buffer is released.
+	}
+	return nil
+}
+
+// retire queues a shard; a.spareMu is held.
+func (a *Arena) retire(s *shard) {
+	s.retired = gcGen.Load()
+	a.push(s)
+}
+
+func (a *Arena) push(s *shard) {
+	if a.spareLen == len(a.spare) {
+		grown := make([]*shard, max(8, 2*len(a.spare)))
+		for i := range a.spareLen {
+			grown[i] = a.spare[(a.spareHead+i)%len(a.spare)]
+		}
+		a.spare, a.spareHead = grown, 0
+	}
+	a.spare[(a.spareHead+a.spareLen)%len(a.spare)] = s
+	a.spareLen++
 }
 
 // Done releases the buffer. It returns ErrDoubleDone, and changes nothing,
