@@ -3,14 +3,284 @@ package relay
 import (
 	"errors"
 	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/zeroio/zeroio/pool"
+	"github.com/zeroio/zeroio/udp"
 )
 
-// udpRoute relays datagrams; filled in when package udp lands.
-type udpRoute struct{}
+const (
+	maxDatagram = 65535 // the largest UDP payload plus headroom; smaller buffers would truncate
+	udpBatch    = DefaultUDPBatch
+	replyBatch  = 8
+)
+
+// udpRoute relays datagrams: one session per client address, each with its
+// own connected upstream socket.
+type udpRoute struct {
+	rt     *route
+	ln     *udp.Conn
+	target netip.AddrPort
+	tnet   string
+
+	mu       sync.Mutex
+	sessions map[netip.AddrPort]*session
+	closed   bool
+}
+
+// session is one client's flow. Its goroutine reads the target's replies;
+// the route's reader forwards the client's datagrams to up.
+type session struct {
+	u      *udpRoute
+	client netip.AddrPort
+	local  netip.Addr // the address the client sent to: replies leave from it
+	ifidx  int
+	up     *udp.Conn
+	rc     syscall.RawConn
+	last   atomic.Int64 // unix nanoseconds of the last datagram either way
+	out    []udp.Message
+}
 
 func listenUDP(rt *route, r *Route) (*udpRoute, error) {
-	return nil, errors.New("UDP relay not implemented yet")
+	ta, err := net.ResolveUDPAddr(r.Target.Network, r.Target.Address)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := udp.Listen(r.Listen.Network, r.Listen.Address, &udp.Options{PacketInfo: true})
+	if err != nil {
+		return nil, err
+	}
+	return &udpRoute{
+		rt: rt, ln: ln, tnet: r.Target.Network, sessions: map[netip.AddrPort]*session{},
+		target: netip.AddrPortFrom(ta.AddrPort().Addr().Unmap(), ta.AddrPort().Port()),
+	}, nil
 }
-func (u *udpRoute) addr() net.Addr { return nil }
-func (u *udpRoute) run()           {}
-func (u *udpRoute) close()         {}
+
+func (u *udpRoute) addr() net.Addr { return u.ln.LocalAddr() }
+
+// close stops the route: the reader exits, and every session ends.
+func (u *udpRoute) close() {
+	u.mu.Lock()
+	u.closed = true
+	for _, s := range u.sessions {
+		s.up.Close()
+	}
+	u.mu.Unlock()
+	u.ln.Close()
+}
+
+// run reads client datagrams in batches and forwards each to its
+// session's upstream socket, one WriteBatch per session per batch (GSO
+// coalesces equal-sized runs).
+func (u *udpRoute) run() {
+	defer u.rt.srv.serveWG.Done()
+	st := &u.rt.st
+	msgs := make([]udp.Message, udpBatch)
+	for i := range msgs {
+		msgs[i].Buf = make([]byte, maxDatagram)
+	}
+	var touched []*session
+	for {
+		n, err := u.ln.ReadBatch(msgs)
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			st.errAccept.Add(1)
+			u.rt.srv.log.Warn("UDP read failed", "route", u.rt.name, "err", err)
+			select {
+			case <-time.After(10 * time.Millisecond):
+			case <-u.rt.done:
+				return
+			}
+			continue
+		}
+		now := time.Now().UnixNano()
+		r := u.rt.cfg.Load()
+		for i := range msgs[:n] {
+			m := &msgs[i]
+			if m.Truncated {
+				st.udpDropTruncated.Add(1)
+				continue
+			}
+			s := u.session(r, m)
+			if s == nil {
+				continue
+			}
+			s.last.Store(now)
+			if len(s.out) == 0 {
+				touched = append(touched, s)
+			}
+			s.out = append(s.out, udp.Message{Buf: m.Buf[:m.N]})
+		}
+		for _, s := range touched {
+			sent, err := s.up.WriteAll(s.out)
+			st.udpPacketsUp.Add(uint64(sent))
+			if err != nil {
+				// ECONNREFUSED: an earlier datagram drew ICMP port
+				// unreachable from the target (udp(7)); the rest of
+				// the batch is lost, and counted.
+				st.udpDropWrite.Add(uint64(len(s.out) - sent))
+			}
+			clear(s.out)
+			s.out = s.out[:0]
+		}
+		clear(touched)
+		touched = touched[:0]
+	}
+}
+
+// session returns the client's session, creating it if there is room and
+// the access lists admit the client; nil means the datagram is dropped.
+func (u *udpRoute) session(r *Route, m *udp.Message) *session {
+	st := &u.rt.st
+	u.mu.Lock()
+	s := u.sessions[m.Addr]
+	if s != nil || u.closed {
+		u.mu.Unlock()
+		return s
+	}
+	if len(u.sessions) >= r.MaxSessions {
+		u.mu.Unlock()
+		st.udpDropLimit.Add(1)
+		return nil
+	}
+	u.mu.Unlock()
+	if !allowed(r.Allow, r.Deny, m.Addr.Addr()) {
+		st.denied.Add(1)
+		return nil
+	}
+	uc, err := net.DialUDP(u.tnet, nil, net.UDPAddrFromAddrPort(u.target))
+	if err != nil {
+		st.errDial.Add(1)
+		u.rt.srv.log.Warn("UDP upstream socket failed", "route", u.rt.name, "client", m.Addr, "err", err)
+		return nil
+	}
+	// GRO off: replies are read only after the socket polls readable, and
+	// GRO leftovers kept inside the Conn would not make it readable.
+	up, err := udp.NewConn(uc, &udp.Options{DisableGRO: true})
+	if err != nil {
+		uc.Close()
+		st.errDial.Add(1)
+		return nil
+	}
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		up.Close()
+		st.errDial.Add(1)
+		return nil
+	}
+	s = &session{u: u, client: m.Addr, local: m.Local, ifidx: m.IfIndex, up: up, rc: rc}
+	s.last.Store(time.Now().UnixNano())
+	u.mu.Lock()
+	if u.closed {
+		u.mu.Unlock()
+		up.Close()
+		return nil
+	}
+	u.sessions[m.Addr] = s
+	u.mu.Unlock()
+	st.udpSessions.Add(1)
+	st.udpSessionsTotal.Add(1)
+	u.rt.srv.log.Debug("UDP session", "route", u.rt.name, "client", m.Addr)
+	u.rt.srv.serveWG.Add(1)
+	go s.run(r.SessionTimeout)
+	return s
+}
+
+// batch is a reply batch's messages and buffers, taken from the pool only
+// while replies are being moved: an idle session holds none.
+type batch struct {
+	bufs    [replyBatch][]byte
+	in, out [replyBatch]udp.Message
+}
+
+var batches = sync.Pool{New: func() any { return new(batch) }}
+
+// run relays the target's replies to the client until the session has
+// been idle for timeout or the route closes.
+func (s *session) run(timeout time.Duration) {
+	u := s.u
+	st := &u.rt.st
+	defer func() {
+		u.mu.Lock()
+		if u.sessions[s.client] == s {
+			delete(u.sessions, s.client)
+		}
+		u.mu.Unlock()
+		s.up.Close()
+		st.udpSessions.Add(-1)
+		u.rt.srv.serveWG.Done()
+	}()
+	for {
+		deadline := time.Unix(0, s.last.Load()).Add(timeout)
+		if !time.Now().Before(deadline) {
+			u.rt.srv.log.Debug("UDP session expired", "route", u.rt.name, "client", s.client)
+			return
+		}
+		s.up.SetReadDeadline(deadline)
+		if err := s.waitReadable(); err != nil {
+			if errors.Is(err, net.ErrClosed) || !isTimeout(err) {
+				return
+			}
+			continue // the deadline moves if the client spoke meanwhile
+		}
+		if !s.relayReplies() {
+			return
+		}
+	}
+}
+
+// relayReplies reads what is waiting on the upstream socket and sends it to
+// the client from the address the client used. It reports false when the
+// session must end.
+func (s *session) relayReplies() bool {
+	st := &s.u.rt.st
+	b := batches.Get().(*batch)
+	for i := range b.bufs {
+		b.bufs[i] = pool.Get(maxDatagram)
+		b.in[i] = udp.Message{Buf: b.bufs[i]}
+	}
+	defer func() {
+		for i := range b.bufs {
+			pool.Put(b.bufs[i])
+			b.bufs[i] = nil
+		}
+		clear(b.in[:])
+		clear(b.out[:])
+		batches.Put(b)
+	}()
+	n, err := s.up.ReadBatch(b.in[:])
+	if err != nil {
+		// ECONNREFUSED (the target's port answered ICMP unreachable)
+		// keeps the session: the target may come back.
+		return !errors.Is(err, net.ErrClosed)
+	}
+	s.last.Store(time.Now().UnixNano())
+	out := b.out[:0]
+	for _, m := range b.in[:n] {
+		if m.Truncated {
+			st.udpDropTruncated.Add(1)
+			continue
+		}
+		out = append(out, udp.Message{Buf: m.Buf[:m.N], Addr: s.client, Local: s.local, IfIndex: s.ifidx})
+	}
+	sent, err := s.u.ln.WriteAll(out)
+	st.udpPacketsDown.Add(uint64(sent))
+	if err != nil {
+		st.udpDropWrite.Add(uint64(len(out) - sent))
+		if errors.Is(err, net.ErrClosed) {
+			return false
+		}
+	}
+	return true
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

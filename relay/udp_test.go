@@ -1,0 +1,159 @@
+package relay
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// udpEcho is a real UDP echo server.
+func udpEcho(t testing.TB, network, addr string) *net.UDPConn {
+	t.Helper()
+	la, _ := net.ResolveUDPAddr(network, addr)
+	c, err := net.ListenUDP(network, la)
+	if err != nil {
+		t.Skipf("listen %s %s: %v", network, addr, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 65536)
+		for {
+			n, from, err := c.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			c.WriteToUDPAddrPort(buf[:n], from)
+		}
+	}()
+	t.Cleanup(func() { c.Close(); <-done })
+	return c
+}
+
+func udpRoute0(listen string, target net.Addr, mod func(*Route)) Config {
+	r := Route{Name: "u", Listen: Addr{Network: "udp", Address: listen}, Target: Addr{Network: "udp", Address: target.String()}}
+	if mod != nil {
+		mod(&r)
+	}
+	return Config{Routes: []Route{r}}
+}
+
+func TestUDPRelay(t *testing.T) {
+	for _, tc := range []struct{ name, network, listen, echo, dial string }{
+		{"ipv4", "udp4", "127.0.0.1:0", "127.0.0.1:0", ""},
+		{"ipv6", "udp6", "[::1]:0", "[::1]:0", ""},
+		// Bound to the wildcard, reached on 127.0.0.2: replies must come
+		// from 127.0.0.2, or the client's connected socket drops them.
+		{"reply-from-dest-addr", "udp4", "0.0.0.0:0", "127.0.0.1:0", "127.0.0.2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakCheck(t)
+			e := udpEcho(t, tc.network, tc.echo)
+			s := startRelay(t, udpRoute0(tc.listen, e.LocalAddr(), nil))
+			ra := s.Addrs("u")[0].(*net.UDPAddr)
+			if tc.dial != "" {
+				ra = &net.UDPAddr{IP: net.ParseIP(tc.dial), Port: ra.Port}
+			}
+			const clients, each = 8, 200
+			var wg sync.WaitGroup
+			errs := make(chan error, clients)
+			for ci := range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, err := net.DialUDP(tc.network, nil, ra) // connected: only replies from ra arrive
+					if err != nil {
+						errs <- err
+						return
+					}
+					defer c.Close()
+					buf := make([]byte, 2048)
+					got := 0
+					for i := range each {
+						msg := fmt.Appendf(nil, "client %d datagram %d %s", ci, i, bytes.Repeat([]byte{'x'}, i*7%1400))
+						c.Write(msg)
+						c.SetReadDeadline(time.Now().Add(time.Second))
+						n, err := c.Read(buf)
+						if err != nil {
+							continue // loss is possible on a loaded machine; counted below
+						}
+						if !bytes.Equal(buf[:n], msg) {
+							errs <- fmt.Errorf("client %d: got %q, want %q", ci, buf[:min(n, 40)], msg[:40])
+							return
+						}
+						got++
+					}
+					if got < each*9/10 {
+						errs <- fmt.Errorf("client %d: %d of %d echoes", ci, got, each)
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			st := s.Stats().Routes[0]
+			if st.SessionsTotal != clients || st.Sessions != clients {
+				t.Errorf("sessions %d total %d, want %d", st.Sessions, st.SessionsTotal, clients)
+			}
+			if st.PacketsUp < clients*each*9/10 || st.PacketsDown < clients*each*9/10 {
+				t.Errorf("packets up %d down %d", st.PacketsUp, st.PacketsDown)
+			}
+		})
+	}
+}
+
+func TestUDPSessionExpiryAndLimit(t *testing.T) {
+	leakCheck(t)
+	e := udpEcho(t, "udp4", "127.0.0.1:0")
+	const timeout = time.Second
+	s := startRelay(t, udpRoute0("127.0.0.1:0", e.LocalAddr(), func(r *Route) {
+		r.SessionTimeout, r.MaxSessions = timeout, 2
+	}))
+	ra := s.Addrs("u")[0].(*net.UDPAddr)
+	var cs []*net.UDPConn
+	for range 3 {
+		c, err := net.DialUDP("udp4", nil, ra)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cs = append(cs, c)
+	}
+	echoOK := func(c *net.UDPConn, tries int) bool {
+		buf := make([]byte, 16)
+		for range tries {
+			c.Write([]byte("hi"))
+			c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			if n, err := c.Read(buf); err == nil && string(buf[:n]) == "hi" {
+				return true
+			}
+		}
+		return false
+	}
+	if !echoOK(cs[0], 3) || !echoOK(cs[1], 3) {
+		t.Fatal("first two clients not relayed")
+	}
+	if echoOK(cs[2], 1) {
+		t.Fatal("third client relayed beyond MaxSessions")
+	}
+	if st := s.Stats().Routes[0]; st.DropsSessionLimit == 0 || st.Sessions != 2 {
+		t.Fatalf("drops %d sessions %d", st.DropsSessionLimit, st.Sessions)
+	}
+	// A session kept busy outlives the timeout; idle ones expire.
+	for range 5 {
+		if !echoOK(cs[0], 3) {
+			t.Fatal("busy session lost")
+		}
+		time.Sleep(timeout / 3)
+	}
+	waitFor(t, func() bool { return s.Stats().Routes[0].Sessions == 1 })
+	if !echoOK(cs[2], 3) {
+		t.Fatal("slot not freed by expiry")
+	}
+	waitFor(t, func() bool { return s.Stats().Routes[0].Sessions == 0 })
+}
