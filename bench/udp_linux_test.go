@@ -3,6 +3,7 @@ package bench
 import (
 	"net"
 	"os"
+	"strconv"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -23,6 +24,41 @@ func setSockBuf(tb testing.TB, c *net.UDPConn, n int) {
 			c.SetWriteBuffer(n)
 		}
 	})
+}
+
+// setSockBufOnPort sizes the buffers of this process's UDP sockets bound to
+// port: wireguard-go's StdNetBind keeps its sockets to itself and sizes
+// them 7 MiB, so this gives it the same buffers as every other impl.
+func setSockBufOnPort(tb testing.TB, port uint16, n int) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		tb.Logf("cannot size wireguard-go's sockets: %v", err)
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || typ != unix.SOCK_DGRAM {
+			continue
+		}
+		sa, err := unix.Getsockname(fd)
+		if err != nil {
+			continue
+		}
+		var p int
+		switch sa := sa.(type) {
+		case *unix.SockaddrInet4:
+			p = sa.Port
+		case *unix.SockaddrInet6:
+			p = sa.Port
+		}
+		if p == int(port) {
+			unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n)
+			unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, n)
+		}
+	}
 }
 
 func errDeadline() error { return os.ErrDeadlineExceeded }

@@ -17,6 +17,7 @@ type sysConn struct {
 	family  int          // AF_INET or AF_INET6
 	wantCtl bool         // PacketInfo or ECN: reads need a control buffer
 	pending *readScratch // GRO read whose datagrams are not all delivered; guarded by readMu
+	groSeg  int          // segment size of the last coalesced read; guarded by readMu
 }
 
 func (c *Conn) setup() error {
@@ -99,6 +100,8 @@ type readScratch struct {
 	ctl    []byte
 	stride int      // control bytes per header
 	spill  [][]byte // GRO buffers, groBufSize each
+	data   [][]byte // per header: the received bytes held in spill
+	cut    []bool   // per header: more was received than data holds
 	call   *udpsys.MmsgCall
 
 	n int // headers filled by the last recvmmsg
@@ -229,45 +232,79 @@ func (c *Conn) readPlain(msgs []Message) (int, error) {
 	return s.n, nil
 }
 
+// readGRO reads from a socket with UDP_GRO on. Leftovers of an earlier read
+// go first. Once a coalesced read has shown the flow's segment size g, and
+// every Buf holds g bytes, readScatter lets the kernel write each datagram
+// straight into its Message; otherwise readSpill reads into internal 64 KiB
+// buffers and copies.
 func (c *Conn) readGRO(msgs []Message) (int, error) {
-	s := c.sys.pending
-	c.sys.pending = nil
-	if s == nil {
-		s = readPool.Get().(*readScratch)
-		slots := min(len(msgs), groSlots)
-		s.prepare(slots, udpsys.RecvSpace)
-		for len(s.spill) < slots {
-			s.spill = append(s.spill, make([]byte, groBufSize))
-		}
-		for i := range slots {
-			setIov(&s.iovs[i], s.spill[i])
-		}
-		if err := s.recvmmsg(c); err != nil {
-			readPool.Put(s)
-			return 0, err
-		}
-		s.next, s.off = 0, 0
+	if s := c.sys.pending; s != nil {
+		c.sys.pending = nil
+		return c.deliverSpill(s, msgs, 0), nil
 	}
-	filled := 0
-	for s.next < s.n && filled < len(msgs) {
+	if g := c.sys.groSeg; g > 0 && buffersHold(msgs, g) {
+		return c.readScatter(msgs, g)
+	}
+	s := readPool.Get().(*readScratch)
+	slots := min(len(msgs), groSlots)
+	s.prepare(slots, udpsys.RecvSpace)
+	s.growSpill(slots)
+	for i := range slots {
+		setIov(&s.iovs[i], s.spill[i])
+	}
+	if err := s.recvmmsg(c); err != nil {
+		readPool.Put(s)
+		return 0, err
+	}
+	for k := range s.n {
+		s.data[k] = s.spill[k][:min(int(s.hs[k].Len), len(s.spill[k]))]
+		s.cut[k] = int(s.hs[k].Len) > len(s.spill[k])
+	}
+	s.next, s.off = 0, 0
+	return c.deliverSpill(s, msgs, 0), nil
+}
+
+func buffersHold(msgs []Message, g int) bool {
+	for i := range msgs {
+		if len(msgs[i].Buf) < g {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *readScratch) growSpill(slots int) {
+	for len(s.spill) < slots {
+		s.spill = append(s.spill, make([]byte, groBufSize))
+	}
+	s.data = udpsys.Grow(s.data, max(slots, len(s.data)))
+	s.cut = udpsys.Grow(s.cut, len(s.data))
+}
+
+// deliverSpill splits the buffers in s.data[s.next:s.n] (from byte s.off of
+// the first) into msgs[p:], copying, and returns how many messages are now
+// filled. What does not fit stays in s as the Conn's pending read.
+func (c *Conn) deliverSpill(s *readScratch, msgs []Message, p int) int {
+	for s.next < s.n && p < len(msgs) {
 		var meta Message
 		ctl := s.meta(s.next, &meta)
-		data := s.spill[s.next][:s.hs[s.next].Len]
+		data := s.data[s.next]
 		if s.off == 0 && ctl.GSOSize > 0 && ctl.GSOSize < len(data) {
 			c.groReads.Add(1)
+			c.sys.groSeg = ctl.GSOSize
 		}
 		meta.Flags &^= unix.MSG_TRUNC
-		f, used := splitGRO(msgs[filled:], data[s.off:], ctl.GSOSize, &meta)
-		for i := filled; i < filled+f; i++ {
-			msgs[i].NOOB = copy(msgs[i].OOB, s.ctl[s.next*s.stride:s.next*s.stride+int(s.hs[s.next].Hdr.Controllen)])
+		f, used := splitGRO(msgs[p:], data[s.off:], ctl.GSOSize, &meta)
+		for i := p; i < p+f; i++ {
+			msgs[i].NOOB = copy(msgs[i].OOB, s.ctlOf(s.next))
 		}
-		filled += f
+		p += f
 		s.off += used
 		if s.off >= len(data) {
-			if s.hs[s.next].Hdr.Flags&unix.MSG_TRUNC != 0 && f > 0 {
-				// Cannot happen with groBufSize buffers; never pass a cut
-				// buffer off as whole.
-				msgs[filled-1].Truncated = true
+			if s.cut[s.next] && f > 0 {
+				// Cannot happen with 64 KiB buffers and 64 KiB IP packets;
+				// never pass a cut buffer off as whole.
+				msgs[p-1].Truncated = true
 			}
 			s.next++
 			s.off = 0
@@ -278,7 +315,119 @@ func (c *Conn) readGRO(msgs []Message) (int, error) {
 	} else {
 		readPool.Put(s)
 	}
-	return filled, nil
+	return p
+}
+
+func (s *readScratch) ctlOf(k int) []byte {
+	return s.ctl[k*s.stride : k*s.stride+int(s.hs[k].Hdr.Controllen)]
+}
+
+// scatterSlot is how many Messages one recvmmsg header of readScatter
+// spans: UDP_GRO_CNT_MAX (net/ipv4/udp_offload.c), the most datagrams GRO
+// merges.
+const scatterSlot = 64
+
+// readScatter is the zero-copy GRO read. Each recvmmsg header gets the
+// iovecs Buf[:g] of up to scatterSlot consecutive Messages, then a 64 KiB
+// spill buffer. When the flow's segment size is g, the kernel's copy out of
+// a coalesced buffer lands each datagram in its own Message; the Buf slices
+// of Messages left empty by a short slot are exchanged so that the filled
+// ones come first, in order. A slot whose layout does not match (another
+// segment size, a larger single datagram), and anything after it, is
+// gathered into the spill buffers and split with copies.
+func (c *Conn) readScatter(msgs []Message, g int) (int, error) {
+	m := len(msgs)
+	slots := (m + scatterSlot - 1) / scatterSlot
+	s := readPool.Get().(*readScratch)
+	s.prepare(slots, udpsys.RecvSpace)
+	s.growSpill(slots)
+	s.iovs = udpsys.Grow(s.iovs, m+slots)
+	for k := range slots {
+		a, b := k*scatterSlot, min((k+1)*scatterSlot, m)
+		for j := a; j < b; j++ {
+			setIov(&s.iovs[j+k], msgs[j].Buf[:g])
+		}
+		setIov(&s.iovs[b+k], s.spill[k])
+		s.hs[k].Hdr.Iov = &s.iovs[a+k]
+		s.hs[k].Hdr.SetIovlen(b - a + 1)
+	}
+	if err := s.recvmmsg(c); err != nil {
+		readPool.Put(s)
+		return 0, err
+	}
+	p := 0
+	for k := 0; k < s.n; k++ {
+		a, b := k*scatterSlot, min((k+1)*scatterSlot, m)
+		total := int(s.hs[k].Len)
+		var meta Message
+		ctl := s.meta(k, &meta)
+		meta.Flags &^= unix.MSG_TRUNC
+		seg := ctl.GSOSize
+		if seg <= 0 || seg > total {
+			seg = total
+		}
+		count := 1
+		if total > 0 {
+			count = (total + seg - 1) / seg
+		}
+		inBufs := min(count, b-a)
+		if !(seg == g || (count == 1 && total <= g)) || (count > inBufs && k < s.n-1) {
+			// Layout mismatch, or datagrams spilled past this slot's
+			// Messages with the next slot's behind them (only a kernel
+			// merging more than 64 can do that): gather this slot and the
+			// rest, then copy.
+			if count > 1 && seg != g {
+				c.sys.groSeg = seg
+			} else if count == 1 && total > g {
+				c.sys.groSeg = 0
+			}
+			for j := k; j < s.n; j++ {
+				s.gather(j, msgs, g, m)
+			}
+			s.next, s.off = k, 0
+			return c.deliverSpill(s, msgs, p), nil
+		}
+		if count > 1 {
+			c.groReads.Add(1)
+		}
+		ctlb := s.ctlOf(k)
+		for j := range inBufs {
+			if pos := a + j; pos != p {
+				msgs[p].Buf, msgs[pos].Buf = msgs[pos].Buf, msgs[p].Buf
+			}
+			mp := &msgs[p]
+			mp.Addr, mp.Local, mp.IfIndex, mp.TOS, mp.Flags = meta.Addr, meta.Local, meta.IfIndex, meta.TOS, meta.Flags
+			mp.N = min(seg, total-j*seg)
+			mp.Truncated = false
+			mp.NOOB = copy(mp.OOB, ctlb)
+			p++
+		}
+		if count > inBufs { // last slot: the rest is in the spill buffer, g-aligned
+			rest := total - inBufs*g
+			s.data[k] = s.spill[k][:min(rest, len(s.spill[k]))]
+			s.cut[k] = rest > len(s.spill[k])
+			s.next, s.off = k, 0
+			return c.deliverSpill(s, msgs, p), nil
+		}
+	}
+	readPool.Put(s)
+	return p, nil
+}
+
+// gather moves slot k's datagrams, which the kernel spread over the
+// Messages' Buf[:g] and the spill buffer, into the spill buffer alone.
+func (s *readScratch) gather(k int, msgs []Message, g, m int) {
+	a, b := k*scatterSlot, min((k+1)*scatterSlot, m)
+	sp := s.spill[k]
+	total := min(int(s.hs[k].Len), len(sp))
+	head := min(total, (b-a)*g)
+	tail := total - head
+	copy(sp[head:head+tail], sp[:tail])
+	for j := 0; j*g < head; j++ {
+		copy(sp[j*g:], msgs[a+j].Buf[:min(g, head-j*g)])
+	}
+	s.data[k] = sp[:total]
+	s.cut[k] = int(s.hs[k].Len) > len(sp)
 }
 
 // writeScratch is the per-call memory of a WriteBatch. sendFn (the kernel

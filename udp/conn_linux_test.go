@@ -1,7 +1,9 @@
 package udp
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"syscall"
@@ -132,5 +134,73 @@ func TestConnRefusedDoesNotPoisonReads(t *testing.T) {
 	n, err := c.ReadBatch(in)
 	if err != nil || n != 1 || string(in[0].Payload()) != "back" {
 		t.Fatalf("read after refusal: %d %v %q", n, err, in[0].Payload())
+	}
+}
+
+// TestGROScatterKeepsOrderAcrossSegmentSizes drives the zero-copy GRO read
+// through changes of segment size, single datagrams shorter and longer than
+// the learned size, and batch sizes that cut coalesced reads: every
+// datagram arrives once, in order, whole, and ReadBatch only ever exchanges
+// the caller's own buffers.
+func TestGROScatterKeepsOrderAcrossSegmentSizes(t *testing.T) {
+	type phase struct{ count, size int }
+	phases := []phase{{100, 1000}, {100, 500}, {1, 1200}, {1, 200}, {30, 1400}, {64, 1000}, {1, 1000}, {200, 300}, {47, 1400}}
+	for _, batch := range []int{1, 7, 63, 64, 65, 200, 512} {
+		t.Run(fmt.Sprint("batch=", batch), func(t *testing.T) {
+			a, b := pair(t, "udp4", "127.0.0.1", &Options{ReadBuffer: bigBuf, WriteBuffer: bigBuf})
+			if !b.Stats().GRO {
+				t.Skip("no UDP_GRO")
+			}
+			var want [][]byte
+			for _, ph := range phases {
+				out := make([]Message, ph.count)
+				for i := range out {
+					p := make([]byte, ph.size)
+					p[0], p[1] = byte(len(want)>>8), byte(len(want))
+					if i == ph.count-1 && ph.count > 1 {
+						p = p[:ph.size/3+2] // a shorter last datagram
+					}
+					want = append(want, p)
+					out[i] = Message{Buf: p, Addr: addrOf(b)}
+				}
+				if _, err := a.WriteAll(out); err != nil {
+					t.Fatal(err)
+				}
+			}
+			msgs := makeMsgs(batch, 1500)
+			owned := map[*byte]bool{}
+			for i := range msgs {
+				owned[&msgs[i].Buf[0]] = true
+			}
+			b.SetReadDeadline(time.Now().Add(5 * time.Second))
+			got := 0
+			for got < len(want) {
+				n, err := b.ReadBatch(msgs)
+				if err != nil {
+					t.Fatalf("after %d of %d: %v", got, len(want), err)
+				}
+				for i := range msgs[:n] {
+					w := want[got+i]
+					if msgs[i].Truncated || !bytes.Equal(msgs[i].Payload(), w) {
+						t.Fatalf("datagram %d: got %d bytes [%x] truncated=%v, want %d [%x]",
+							got+i, msgs[i].N, msgs[i].Buf[:2], msgs[i].Truncated, len(w), w[:2])
+					}
+					if msgs[i].Addr != addrOf(a) {
+						t.Fatalf("datagram %d from %v", got+i, msgs[i].Addr)
+					}
+				}
+				seen := map[*byte]bool{}
+				for i := range msgs {
+					if len(msgs[i].Buf) != 1500 || !owned[&msgs[i].Buf[0]] || seen[&msgs[i].Buf[0]] {
+						t.Fatal("ReadBatch changed the set of buffers")
+					}
+					seen[&msgs[i].Buf[0]] = true
+				}
+				got += n
+			}
+			if st := b.Stats(); st.GROReads == 0 {
+				t.Fatalf("no coalesced reads: %+v", st)
+			}
+		})
 	}
 }
