@@ -85,6 +85,8 @@ type shard struct {
 	off     int    // bump pointer; touched only by the shard's owner
 	epoch   uint32 // reuse count; touched only by the owner
 	retired uint32 // GC generation when last retired; under spareMu
+	made    int64  // allocations this epoch; touched only by the owner
+	freed   atomic.Int64
 	arena   *Arena
 	// words hold one bit per granule where an allocation starts (low 32
 	// bits) and the epoch those bits belong to (high 32 bits), so that a
@@ -139,16 +141,17 @@ func (s *shard) fits(sz int) bool {
 	if s.off+sz <= len(s.mem) {
 		return true
 	}
-	for i := range s.words {
-		w := s.words[i].Load()
-		if uint32(w>>32) == s.epoch && uint32(w) != 0 {
-			return false
-		}
+	// Done clears its bit before it counts itself freed, so once every
+	// allocation of this epoch is counted, no bit of it is set.
+	if s.freed.Load() != s.made {
+		return false
 	}
 	// Nothing of this epoch is live: start over. Done calls for the old
 	// epoch now fail their CAS on the epoch half of the word.
 	s.epoch++
 	s.off = 0
+	s.made = 0
+	s.freed.Store(0)
 	return sz <= len(s.mem)
 }
 
@@ -156,6 +159,7 @@ func (s *shard) fits(sz int) bool {
 func (s *shard) carve(n, sz int) Buf {
 	off := s.off
 	s.off += sz
+	s.made++
 	g := off / granule
 	w := &s.words[g/32]
 	bit := uint64(1) << (g % 32)
@@ -301,6 +305,7 @@ func (b *Buf) Done() error {
 			break
 		}
 	}
+	s.freed.Add(1)
 	l := a.locals.pin()
 	percpu.Inc(&l.puts)
 	a.locals.unpin(l)
