@@ -1,0 +1,103 @@
+package bench
+
+import (
+	"sort"
+	"strings"
+	"testing"
+)
+
+// A Case is one benchmark of a suite.
+type Case struct {
+	// Name is the path below the suite's Benchmark function, key=value
+	// elements with impl last so benchstat can pivot on it:
+	// "mode=serial/size=4096/impl=zeroio-sized".
+	Name string
+	// F is the benchmark body. It calls b.ReportAllocs and b.SetBytes
+	// itself and may report extra metrics.
+	F func(b *testing.B)
+}
+
+// A Suite is one Benchmark function's worth of cases.
+type Suite struct {
+	// Group is what `zeroio bench --suite` selects: pool, udp, splice,
+	// relay.
+	Group string
+	// Name is the Benchmark function's name without "Benchmark": "Pool"
+	// runs as BenchmarkPool.
+	Name string
+	// Cases returns the cases; quick asks for a subset that runs in
+	// seconds.
+	Cases func(quick bool) []Case
+	// Available reports why the suite cannot run here ("" if it can):
+	// missing external programs or kernel features.
+	Available func() string
+}
+
+var registry []Suite
+
+func register(s Suite) { registry = append(registry, s) }
+
+// Suites returns every registered suite, by group then name.
+func Suites() []Suite {
+	out := append([]Suite(nil), registry...)
+	sort.SliceStable(out, func(i, j int) bool {
+		return groupOrder(out[i].Group) < groupOrder(out[j].Group)
+	})
+	return out
+}
+
+// Groups lists the suite groups in the order they run.
+var Groups = []string{"pool", "udp", "splice", "relay"}
+
+func groupOrder(g string) int {
+	for i, x := range Groups {
+		if x == g {
+			return i
+		}
+	}
+	return len(Groups)
+}
+
+// Impl returns the impl element of a case name ("zeroio-sized").
+func Impl(name string) string {
+	i := strings.LastIndex(name, "impl=")
+	if i < 0 {
+		return ""
+	}
+	rest := name[i+len("impl="):]
+	if j := strings.IndexByte(rest, '/'); j >= 0 {
+		rest = rest[:j]
+	}
+	return rest
+}
+
+// Config returns a case name without its impl element: the cases that
+// share it measure the same thing with different implementations.
+func Config(name string) string {
+	var keep []string
+	for _, e := range strings.Split(name, "/") {
+		if !strings.HasPrefix(e, "impl=") {
+			keep = append(keep, e)
+		}
+	}
+	return strings.Join(keep, "/")
+}
+
+// runSuite runs a registered suite as sub-benchmarks of b.
+func runSuite(b *testing.B, name string) {
+	for _, s := range registry {
+		if s.Name != name {
+			continue
+		}
+		if s.Available != nil {
+			if why := s.Available(); why != "" {
+				b.Skip(why)
+			}
+		}
+		for _, c := range s.Cases(false) {
+			b.Run(c.Name, c.F)
+		}
+		return
+	}
+	b.Fatalf("no suite %q", name)
+}
