@@ -1,0 +1,489 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "zeroio-bin")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "zeroio")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building zeroio: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a running zeroio relay whose JSON log is parsed as it arrives.
+type proc struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	lines  []map[string]any
+	update chan struct{}
+	exited chan struct{}
+	err    error
+}
+
+// startProc runs zeroio relay with args and waits until it logged
+// "listening" for want routes.
+func startProc(t *testing.T, want int, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(binary, append([]string{"relay", "--log-format", "json", "--log-level", "debug"}, args...)...)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, update: make(chan struct{}, 1), exited: make(chan struct{})}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) != nil {
+				m = map[string]any{"msg": "RAW " + sc.Text()}
+			}
+			p.mu.Lock()
+			p.lines = append(p.lines, m)
+			p.mu.Unlock()
+			select {
+			case p.update <- struct{}{}:
+			default:
+			}
+		}
+		p.err = cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			p.mu.Lock()
+			for _, l := range p.lines {
+				t.Logf("relay log: %v", l)
+			}
+			p.mu.Unlock()
+		}
+	})
+	p.waitLog(t, "listening", want)
+	return p
+}
+
+// waitLog waits until msg was logged n times in all.
+func (p *proc) waitLog(t *testing.T, msg string, n int) {
+	t.Helper()
+	deadline := time.After(15 * time.Second)
+	for {
+		if len(p.logs(msg)) >= n {
+			return
+		}
+		select {
+		case <-p.update:
+		case <-p.exited:
+			t.Fatalf("relay exited (%v) before logging %q", p.err, msg)
+		case <-deadline:
+			t.Fatalf("relay did not log %q %d times", msg, n)
+		}
+	}
+}
+
+func (p *proc) logs(msg string) []map[string]any {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []map[string]any
+	for _, l := range p.lines {
+		if l["msg"] == msg {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// addr returns the listen address logged for route.
+func (p *proc) addr(t *testing.T, route string) string {
+	for _, l := range p.logs("listening") {
+		if l["route"] == route {
+			return l["listen"].(string)
+		}
+	}
+	t.Fatalf("route %q not listening", route)
+	return ""
+}
+
+func (p *proc) wait(t *testing.T, d time.Duration) error {
+	select {
+	case <-p.exited:
+		return p.err
+	case <-time.After(d):
+		t.Fatalf("relay still running after %v", d)
+		return nil
+	}
+}
+
+// echoServer is a TCP or Unix echo backend.
+func echoServer(t *testing.T, network, addr string) net.Listener {
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.Copy(c, c)
+				if cw, ok := c.(interface{ CloseWrite() error }); ok {
+					cw.CloseWrite()
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
+func roundTrip(c net.Conn, size int, seed uint64) error {
+	c.SetDeadline(time.Now().Add(60 * time.Second))
+	data := make([]byte, size)
+	r := rand.NewChaCha8([32]byte{byte(seed), byte(seed >> 8)})
+	r.Read(data)
+	go func() {
+		c.Write(data)
+		c.(interface{ CloseWrite() error }).CloseWrite()
+	}()
+	h := sha256.New()
+	n, err := io.Copy(h, c)
+	if err != nil {
+		return err
+	}
+	if want := sha256.Sum256(data); n != int64(size) || !bytes.Equal(h.Sum(nil), want[:]) {
+		return fmt.Errorf("echo of %d bytes: got %d bytes, hash mismatch", size, n)
+	}
+	return nil
+}
+
+func TestUsageErrors(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	backend := echoServer(t, "tcp", "127.0.0.1:0").Addr().String()
+	dir := t.TempDir()
+	cfg := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		os.WriteFile(p, []byte(body), 0o644)
+		return p
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no args", nil, "need LISTEN and TARGET"},
+		{"one arg", []string{"tcp://127.0.0.1:0"}, "need LISTEN and TARGET"},
+		{"three args", []string{"tcp://127.0.0.1:0", "tcp://" + backend, "x"}, "too many arguments"},
+		{"bad flag", []string{"--bogus"}, "flag provided but not defined"},
+		{"bad duration", []string{"--idle-timeout", "soon", "tcp://127.0.0.1:0", "tcp://" + backend}, "invalid value"},
+		{"no host", []string{"tcp://:8080", "tcp://" + backend}, "has no host"},
+		{"no scheme", []string{"127.0.0.1:0", "tcp://" + backend}, "has no scheme"},
+		{"bad port", []string{"tcp://127.0.0.1:99999", "tcp://" + backend}, "not a number"},
+		{"udp to tcp", []string{"udp://127.0.0.1:0", "tcp://" + backend}, "UDP relays only to UDP"},
+		{"bad cidr", []string{"--allow", "10.0.0.1/33", "tcp://127.0.0.1:0", "tcp://" + backend}, "not a CIDR"},
+		{"host bits", []string{"--allow", "10.0.0.1/8", "tcp://127.0.0.1:0", "tcp://" + backend}, "host bits"},
+		{"bad proxy version", []string{"--send-proxy", "v3", "tcp://127.0.0.1:0", "tcp://" + backend}, "want v1 or v2"},
+		{"port in use", []string{busy.Addr().Network() + "://" + busy.Addr().String(), "tcp://" + backend}, "address already in use"},
+		{"unreachable target", []string{"tcp://127.0.0.1:0", "tcp://127.0.0.1:1"}, "unreachable"},
+		{"unresolvable target", []string{"tcp://127.0.0.1:0", "tcp://no-such-host.invalid:80"}, "unreachable"},
+		{"bad log level", []string{"--log-level", "loud", "tcp://127.0.0.1:0", "tcp://" + backend}, "log level"},
+		{"metrics no host", []string{"--metrics", ":9100", "tcp://127.0.0.1:0", "tcp://" + backend}, "has no host"},
+		{"missing config", []string{"-c", filepath.Join(dir, "nope.yaml")}, "no such file"},
+		{"both", []string{"-c", "x.yaml", "tcp://127.0.0.1:0", "tcp://" + backend}, "not both"},
+		{"yaml syntax", []string{"-c", cfg("syntax.yaml", "routes: [\n")}, "syntax.yaml"},
+		{"yaml unknown key", []string{"-c", cfg("unknown.yaml", "routes:\n  - listen: tcp://127.0.0.1:0\n    target: tcp://"+backend+"\n    idle_timeot: 5s\n")}, "idle_timeot"},
+		{"yaml no routes", []string{"-c", cfg("empty.yaml", "max_conns: 5\n")}, "no routes"},
+		{"yaml bad route", []string{"-c", cfg("badroute.yaml", "routes:\n  - listen: tcp://:80\n    target: tcp://"+backend+"\n")}, "has no host"},
+		{"yaml duplicate name", []string{"-c", cfg("dup.yaml", "routes:\n  - {name: a, listen: tcp://127.0.0.1:0, target: tcp://"+backend+"}\n  - {name: a, listen: tcp://127.0.0.1:0, target: tcp://"+backend+"}\n")}, "name used twice"},
+		{"unknown command", nil, "unknown command"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"relay"}, tc.args...)
+			if tc.name == "unknown command" {
+				args = []string{"relai"}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var stdout, stderr bytes.Buffer
+			cmd := exec.CommandContext(ctx, binary, args...)
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() == 0 {
+				t.Fatalf("exit %v, want non-zero; stderr %q", err, stderr.String())
+			}
+			msg := stderr.String()
+			if strings.Count(msg, "\n") != 1 || !strings.Contains(msg, tc.want) {
+				t.Fatalf("stderr %q: want one line containing %q", msg, tc.want)
+			}
+			if strings.Contains(msg, "goroutine") || strings.Contains(msg, "panic") {
+				t.Fatalf("stack trace: %s", msg)
+			}
+		})
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"relay", "--help"}, {"relay", "-h"}, {"help"}, {"version"}} {
+		out, err := exec.Command(binary, args...).Output()
+		if err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if args[0] == "relay" && (!bytes.Contains(out, []byte("Examples:")) || !bytes.Contains(out, []byte("-idle-timeout"))) {
+			t.Fatalf("relay help lacks examples or flags:\n%s", out)
+		}
+	}
+}
+
+// TestRelayBinary runs the real binary on loopback: hash-verified streams
+// TCP to TCP, TCP to Unix and Unix to TCP, a socat client, and the
+// metrics endpoint.
+func TestRelayBinary(t *testing.T) {
+	dir := t.TempDir()
+	tcpBackend := echoServer(t, "tcp", "127.0.0.1:0").Addr().String()
+	unixBackend := filepath.Join(dir, "b.sock")
+	echoServer(t, "unix", unixBackend)
+	unixListen := filepath.Join(dir, "l.sock")
+	mln, _ := net.Listen("tcp", "127.0.0.1:0")
+	metrics := mln.Addr().String()
+	mln.Close()
+	conf := filepath.Join(dir, "relay.yaml")
+	os.WriteFile(conf, fmt.Appendf(nil, `
+metrics: %s
+defaults:
+  idle_timeout: 30s
+routes:
+  - name: t2t
+    listen: tcp://127.0.0.1:0
+    target: tcp://%s
+  - name: t2u
+    listen: tcp://[::1]:0
+    target: unix://%s
+  - name: u2t
+    listen: unix://%s
+    target: tcp://%s
+`, metrics, tcpBackend, unixBackend, unixListen, tcpBackend), 0o644)
+	p := startProc(t, 3, "-c", conf)
+	for _, route := range []string{"t2t", "t2u", "u2t"} {
+		t.Run(route, func(t *testing.T) {
+			network := "tcp"
+			if route == "u2t" {
+				network = "unix"
+			}
+			addr := p.addr(t, route)
+			var wg sync.WaitGroup
+			for i := range 10 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, err := net.Dial(network, addr)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					defer c.Close()
+					if err := roundTrip(c, 1+i*300_001, uint64(i)); err != nil {
+						t.Errorf("stream %d: %v", i, err)
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+	t.Run("socat", func(t *testing.T) {
+		if _, err := exec.LookPath("socat"); err != nil {
+			t.Skipf("socat: %v", err)
+		}
+		cmd := exec.Command("socat", "-", "TCP:"+p.addr(t, "t2t"))
+		cmd.Stdin = strings.NewReader("hello through socat\n")
+		out, err := cmd.Output()
+		if err != nil || string(out) != "hello through socat\n" {
+			t.Fatalf("socat: %q %v", out, err)
+		}
+	})
+	t.Run("metrics", func(t *testing.T) {
+		resp, err := http.Get("http://" + metrics + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, want := range []string{
+			`zeroio_relay_bytes_total{direction="up",route="t2t"}`,
+			`zeroio_relay_connections_accepted_total{route="u2t"} 10`,
+			`zeroio_relay_errors_total{kind="dial",route="t2u"} 0`,
+			"process_resident_memory_bytes",
+		} {
+			if !bytes.Contains(body, []byte(want)) {
+				t.Errorf("metrics lack %s", want)
+			}
+		}
+	})
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if err := p.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+	if _, err := os.Stat(unixListen); !os.IsNotExist(err) {
+		t.Errorf("unix socket left behind: %v", err)
+	}
+}
+
+// TestReloadAndGracefulShutdown: SIGHUP adds and removes routes without
+// touching an established connection; SIGTERM waits for it.
+func TestReloadAndGracefulShutdown(t *testing.T) {
+	dir := t.TempDir()
+	backend := echoServer(t, "tcp", "127.0.0.1:0").Addr().String()
+	conf := filepath.Join(dir, "relay.yaml")
+	write := func(names ...string) {
+		var b strings.Builder
+		b.WriteString("routes:\n")
+		for _, n := range names {
+			fmt.Fprintf(&b, "  - {name: %s, listen: tcp://127.0.0.1:0, target: tcp://%s}\n", n, backend)
+		}
+		os.WriteFile(conf, []byte(b.String()), 0o644)
+	}
+	write("a")
+	p := startProc(t, 1, "-c", conf, "--shutdown-timeout", "20s")
+	aAddr := p.addr(t, "a")
+	c, err := net.Dial("tcp", aAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ping(t, c)
+
+	write("b")
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.waitLog(t, "reloaded", 1)
+	bAddr := p.addr(t, "b")
+	c2, err := net.Dial("tcp", bAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ping(t, c2)
+	c2.Close()
+	if c3, err := net.Dial("tcp", aAddr); err == nil {
+		c3.Close()
+		t.Fatal("removed route a still accepts")
+	}
+	ping(t, c) // the established connection on route a is untouched
+
+	// A bad config on SIGHUP is logged and changes nothing.
+	os.WriteFile(conf, []byte("routes: [\n"), 0o644)
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.waitLog(t, "reload failed; keeping the running config", 1)
+	if c4, err := net.Dial("tcp", bAddr); err != nil {
+		t.Fatalf("route b lost after a bad reload: %v", err)
+	} else {
+		c4.Close()
+	}
+
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.waitLog(t, "shutting down", 1)
+	select {
+	case <-p.exited:
+		t.Fatal("relay exited with a connection in flight")
+	case <-time.After(300 * time.Millisecond):
+	}
+	ping(t, c)
+	if err := roundTrip(c, 1<<20, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+}
+
+func ping(t *testing.T, c net.Conn) {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	io.WriteString(c, "ping")
+	var b [4]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil || string(b[:]) != "ping" {
+		t.Fatalf("ping: %q %v", b, err)
+	}
+}
+
+// TestIperf3 drives the relay with iperf3 in both directions.
+func TestIperf3(t *testing.T) {
+	if _, err := exec.LookPath("iperf3"); err != nil {
+		t.Skipf("iperf3: %v", err)
+	}
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	srv := exec.Command("iperf3", "-s", "-B", "127.0.0.1", "-p", fmt.Sprint(port))
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	var p *proc
+	for range 50 { // until iperf3 listens
+		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+			c.Close()
+			p = startProc(t, 1, "tcp://127.0.0.1:0", "tcp://"+ln.Addr().String())
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if p == nil {
+		t.Fatal("iperf3 server did not start")
+	}
+	host, rport, _ := net.SplitHostPort(p.addr(t, "tcp://127.0.0.1:0"))
+	for _, reverse := range []bool{false, true} {
+		args := []string{"-c", host, "-p", rport, "-t", "1", "-J"}
+		if reverse {
+			args = append(args, "-R")
+		}
+		out, err := exec.Command("iperf3", args...).Output()
+		if err != nil {
+			t.Fatalf("iperf3 %v: %v\n%s", args, err, out)
+		}
+		var res struct {
+			End struct {
+				SumReceived struct {
+					Bytes float64 `json:"bytes"`
+					Bps   float64 `json:"bits_per_second"`
+				} `json:"sum_received"`
+			} `json:"end"`
+		}
+		if err := json.Unmarshal(out, &res); err != nil || res.End.SumReceived.Bytes == 0 {
+			t.Fatalf("iperf3 -R=%v: %v %s", reverse, err, out)
+		}
+		t.Logf("iperf3 reverse=%v: %.1f Gbit/s", reverse, res.End.SumReceived.Bps/1e9)
+	}
+}
