@@ -1,0 +1,237 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/zeroio/zeroio/splice"
+	"golang.org/x/sys/unix"
+)
+
+// The splice benchmarks follow seed 004 (Go's net/splice_linux_test.go):
+// the peers that write into src and read out of dst are child processes,
+// copies of this test binary, holding their socket as fd 3 from
+// ExtraFiles, so only the copy runs in the measured process.
+//
+// The child mode is entered from init rather than TestMain so that it
+// does not claim the package's one TestMain from the other suites.
+
+const (
+	spliceChildEnv = "ZEROIO_SPLICE_CHILD" // "write" or "read"
+	spliceBytesEnv = "ZEROIO_SPLICE_BYTES" // how many bytes to move
+)
+
+func init() {
+	mode := os.Getenv(spliceChildEnv)
+	if mode == "" {
+		return
+	}
+	total, err := strconv.ParseInt(os.Getenv(spliceBytesEnv), 10, 64)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "splice child:", err)
+		os.Exit(2)
+	}
+	os.Exit(spliceChild(mode, os.NewFile(3, "peer"), total))
+}
+
+// spliceChild writes total bytes to f, or reads total bytes (or to EOF)
+// from it, in 1 MiB chunks.
+func spliceChild(mode string, f *os.File, total int64) int {
+	buf := make([]byte, 1<<20)
+	for total > 0 {
+		b := buf[:min(int64(len(buf)), total)]
+		var n int
+		var err error
+		if mode == "write" {
+			n, err = f.Write(b)
+		} else {
+			n, err = f.Read(b)
+		}
+		total -= int64(n)
+		if err == io.EOF && mode == "read" {
+			return 0
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "splice child:", mode, err)
+			return 1
+		}
+	}
+	if mode == "write" {
+		f.Close()
+	}
+	return 0
+}
+
+// startPeer starts a child that writes or reads total bytes on f.
+func startPeer(b *testing.B, mode string, f *os.File, total int64) *exec.Cmd {
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), spliceChildEnv+"="+mode, spliceBytesEnv+"="+strconv.FormatInt(total, 10))
+	cmd.ExtraFiles = []*os.File{f}
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	f.Close() // the child has its copy
+	return cmd
+}
+
+// streamPair returns our end as a conn and the peer's end as a file for a
+// child: a loopback TCP connection or a stream Unix socketpair.
+func streamPair(b *testing.B, network string) (net.Conn, *os.File) {
+	if network == "unix" {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ours := os.NewFile(uintptr(fds[0]), "unix")
+		c, err := net.FileConn(ours)
+		ours.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return c, os.NewFile(uintptr(fds[1]), "unix-peer")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	peer, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := ln.Accept()
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := peer.(*net.TCPConn).File()
+	peer.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c, f
+}
+
+// copyBuffer64k is the "reused buffer" baseline: a plain read/write loop
+// through one 64 KiB buffer, no ReaderFrom or WriterTo.
+func copyBuffer64k(dst io.Writer, src io.Reader, n int64, buf []byte) (int64, error) {
+	var written int64
+	for written < n {
+		nr, er := src.Read(buf[:min(int64(len(buf)), n-written)])
+		if nr > 0 {
+			nw, ew := dst.Write(buf[:nr])
+			written += int64(nw)
+			if ew != nil {
+				return written, ew
+			}
+		}
+		if er != nil {
+			return written, er
+		}
+	}
+	return written, nil
+}
+
+var spliceImpls = []struct {
+	name string
+	copy func(dst io.Writer, src io.Reader, n int64, buf []byte) (int64, error)
+}{
+	{"stdlib", func(dst io.Writer, src io.Reader, n int64, _ []byte) (int64, error) { return io.CopyN(dst, src, n) }},
+	{"buffer64k", copyBuffer64k},
+	{"zeroio", func(dst io.Writer, src io.Reader, n int64, _ []byte) (int64, error) { return splice.CopyN(dst, src, n) }},
+}
+
+// BenchmarkSplice copies size bytes per op between the ends of each pair.
+func BenchmarkSplice(b *testing.B) {
+	pairs := []struct{ name, src, dst string }{
+		{"tcp-to-tcp", "tcp", "tcp"},
+		{"unix-to-tcp", "unix", "tcp"},
+		{"tcp-to-unix", "tcp", "unix"},
+		{"unix-to-unix", "unix", "unix"},
+		{"file-to-tcp", "file", "tcp"},
+		{"tcp-to-file", "tcp", "file"},
+	}
+	for _, p := range pairs {
+		for size := 1 << 10; size <= 1<<20; size <<= 2 {
+			for _, impl := range spliceImpls {
+				name := fmt.Sprintf("pair=%s/size=%d/impl=%s", p.name, size, impl.name)
+				b.Run(name, func(b *testing.B) {
+					benchSplice(b, p.src, p.dst, int64(size), impl.copy)
+				})
+			}
+		}
+	}
+}
+
+func benchSplice(b *testing.B, srcKind, dstKind string, size int64, copyFn func(io.Writer, io.Reader, int64, []byte) (int64, error)) {
+	total := size * int64(b.N)
+	var src io.Reader
+	var dst io.Writer
+	var rewind *os.File // a file end, rewound before each copy
+	var peers []*exec.Cmd
+	switch srcKind {
+	case "file":
+		name := filepath.Join(b.TempDir(), "src")
+		if err := os.WriteFile(name, make([]byte, size), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		f, err := os.Open(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		src, rewind = f, f
+	default:
+		c, peer := streamPair(b, srcKind)
+		defer c.Close()
+		src = c
+		peers = append(peers, startPeer(b, "write", peer, total))
+	}
+	switch dstKind {
+	case "file":
+		f, err := os.Create(filepath.Join(b.TempDir(), "dst"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer f.Close()
+		dst, rewind = f, f
+	default:
+		c, peer := streamPair(b, dstKind)
+		defer c.Close()
+		dst = c
+		peers = append(peers, startPeer(b, "read", peer, total))
+	}
+	buf := make([]byte, 64<<10)
+	b.SetBytes(size)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if rewind != nil {
+			if _, err := rewind.Seek(0, io.SeekStart); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if n, err := copyFn(dst, src, size, buf); err != nil || n != size {
+			b.Fatalf("copy = %d, %v; want %d", n, err, size)
+		}
+	}
+	b.StopTimer()
+	if c, ok := dst.(net.Conn); ok {
+		c.Close() // the reader sees EOF
+	}
+	for _, p := range peers {
+		if err := p.Wait(); err != nil {
+			b.Fatalf("peer: %v", err)
+		}
+	}
+}

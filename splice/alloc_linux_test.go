@@ -1,0 +1,102 @@
+package splice
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/zeroio/zeroio/internal/percpu"
+)
+
+// pump keeps writing to w until it fails, without allocating.
+func pump(w io.Writer) {
+	b := make([]byte, 64<<10)
+	for {
+		if _, err := w.Write(b); err != nil {
+			return
+		}
+	}
+}
+
+// drainAll reads r until it fails, without allocating.
+func drainAll(r io.Reader) {
+	b := make([]byte, 64<<10)
+	for {
+		if _, err := r.Read(b); err != nil {
+			return
+		}
+	}
+}
+
+// TestZeroAllocs: a steady-state copy allocates nothing, on every path.
+func TestZeroAllocs(t *testing.T) {
+	if percpu.RaceEnabled {
+		t.Skip("sync.Pool drops items on purpose under -race")
+	}
+	const size = 64 << 10
+	tcpSrc := func(t *testing.T) io.Reader { a, b := tcpPair(t); go pump(b); return a }
+	unixSrc := func(t *testing.T) io.Reader { a, b := unixPair(t); go pump(b); return a }
+	pipeSrc := func(t *testing.T) io.Reader { r, w := pipePair(t); go pump(w); return r }
+	tcpDst := func(t *testing.T) io.Writer { a, b := tcpPair(t); go drainAll(b); return a }
+	unixDst := func(t *testing.T) io.Writer { a, b := unixPair(t); go drainAll(b); return a }
+	fileDst := func(t *testing.T) io.Writer {
+		f, err := os.Create(filepath.Join(t.TempDir(), "dst"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	var file *os.File
+	fileSrc := func(t *testing.T) io.Reader { file = tempFile(t, make([]byte, size)); return file }
+	cases := []struct {
+		name  string
+		src   func(t *testing.T) io.Reader
+		dst   func(t *testing.T) io.Writer
+		reset func()
+	}{
+		{"tcp-to-tcp", tcpSrc, tcpDst, nil},
+		{"unix-to-tcp", unixSrc, tcpDst, nil},
+		{"tcp-to-unix", tcpSrc, unixDst, nil},
+		{"unix-to-unix", unixSrc, unixDst, nil},
+		{"pipe-to-unix", pipeSrc, unixDst, nil},
+		{"tcp-to-file", tcpSrc, fileDst, nil},
+		{"file-to-tcp", fileSrc, tcpDst, func() { file.Seek(0, io.SeekStart) }},
+		{"file-to-file", fileSrc, fileDst, func() { file.Seek(0, io.SeekStart) }},
+		{"bytes-to-tcp", func(t *testing.T) io.Reader {
+			return bytes.NewReader(nil)
+		}, tcpDst, nil},
+		{"tcp-to-discard", tcpSrc, func(*testing.T) io.Writer { return io.Discard }, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			src, dst := c.src(t), c.dst(t)
+			if br, ok := src.(*bytes.Reader); ok {
+				data := make([]byte, size)
+				c.reset = func() { br.Reset(data) }
+			}
+			var err error
+			var n int64
+			run := func() {
+				if c.reset != nil {
+					c.reset()
+				}
+				n, err = CopyN(dst, src, size)
+			}
+			run()
+			allocs := testing.AllocsPerRun(200, run)
+			if err != nil || n != size {
+				t.Fatalf("CopyN = %d, %v", n, err)
+			}
+			if allocs != 0 {
+				t.Fatalf("%v allocations per copy", allocs)
+			}
+			if c, ok := dst.(net.Conn); ok {
+				c.Close()
+			}
+		})
+	}
+}

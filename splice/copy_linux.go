@@ -1,0 +1,498 @@
+package splice
+
+import (
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+
+	"github.com/zeroio/zeroio/pool"
+	"golang.org/x/sys/unix"
+)
+
+// kind is what an end of a copy is, as far as the kernel paths care.
+type kind uint8
+
+const (
+	kNone  kind = iota // no usable descriptor: Read or Write only
+	kSock              // a stream socket
+	kPipe              // a pipe or FIFO in non-blocking mode
+	kFile              // a regular file
+	kOther             // a non-blocking character device or the like: try splice
+)
+
+const (
+	// maxSendfile bounds one sendfile(2) or copy_file_range(2) call so
+	// that Progress hears about a long file copy as it goes.
+	maxSendfile = 16 << 20
+	// spliceFlags: SPLICE_F_NONBLOCK makes the pipe side non-blocking
+	// (the socket side is non-blocking already); SPLICE_F_MOVE is a hint.
+	spliceFlags = unix.SPLICE_F_NONBLOCK | unix.SPLICE_F_MOVE
+)
+
+// job is the state of one copy that has a descriptor on its src side. Jobs
+// are pooled, and their callbacks are method values bound once, so a copy
+// allocates nothing (seed 001: x/net binds RawConn callbacks the same way).
+type job struct {
+	progress func(int64) // Copier.Progress
+	src, dst any         // the ends, unwrapped
+	srcR     io.Reader   // src as given, for the buffered path
+	dstW     io.Writer   // dst as given, for the buffered path
+	remain   int64
+	written  int64
+	pipeSize int
+	t        tally
+
+	p   *pipe  // held only while bytes move
+	buf []byte // held only while bytes move
+
+	// Results of the last callback.
+	n      int
+	errno  error // a raw errno from a syscall
+	ctlErr error // an error from the inner RawConn (src closed)
+	moved  int   // bytes that left the pipe during one pump callback
+	dfd    uintptr
+	k      kind // result of statFn
+	st     unix.Stat_t
+
+	op path // the file path fileInner runs
+
+	drainFn, pumpFn, readFn, fileOuterFn func(uintptr) bool
+	fileInnerFn, statFn                  func(uintptr)
+}
+
+var jobs = sync.Pool{New: func() any {
+	j := new(job)
+	j.drainFn = j.drain
+	j.pumpFn = j.pump
+	j.readFn = j.read
+	j.fileOuterFn = j.fileOuter
+	j.fileInnerFn = j.fileInner
+	j.statFn = j.stat
+	return j
+}}
+
+// hasFD reports whether v may carry a descriptor a copy can use directly.
+// Only the standard types qualify unless v came out of an [Unwrapper]: a
+// type that embeds *net.TCPConn gets its SyscallConn method for free but
+// may well change the bytes its Read and Write move.
+func hasFD(v any, unwrapped bool) bool {
+	switch v.(type) {
+	case *net.TCPConn, *net.UnixConn, *os.File:
+		return true
+	case syscall.Conn:
+		return unwrapped
+	}
+	return false
+}
+
+func (c *Copier) copy(dst io.Writer, src io.Reader, remain int64) (written int64, err error) {
+	s := unwrap(src)
+	if !hasFD(s, s != any(src)) {
+		var t tally
+		written, err = copyBuffer(dst, src, remain, c.Progress, &t)
+		t.flush()
+		return written, err
+	}
+	d := unwrap(dst)
+	j := jobs.Get().(*job)
+	j.progress, j.src, j.dst, j.srcR, j.dstW, j.remain = c.Progress, s, d, src, dst, remain
+	j.pipeSize = c.PipeSize
+	if j.pipeSize <= 0 {
+		j.pipeSize = DefaultPipeSize
+	}
+	err = j.run(hasFD(d, d != any(dst)))
+	if j.buf != nil {
+		pool.Put(j.buf)
+	}
+	written = j.written
+	j.t.flush()
+	*j = job{
+		drainFn: j.drainFn, pumpFn: j.pumpFn, readFn: j.readFn,
+		fileOuterFn: j.fileOuterFn, fileInnerFn: j.fileInnerFn, statFn: j.statFn,
+	}
+	jobs.Put(j)
+	return written, err
+}
+
+// run picks the kernel path for the pair and falls back, path by path, as
+// long as no byte has moved.
+func (j *job) run(dstFD bool) error {
+	sk := j.kindOf(j.src)
+	dk := kNone
+	if dstFD && sk != kNone {
+		dk = j.kindOf(j.dst)
+	}
+	if sk == kNone {
+		// A descriptor the kernel paths cannot use (a datagram socket,
+		// a blocking pipe): plain Read and Write.
+		n, err := copyBuffer(j.dstW, j.srcR, j.remain, j.progress, &j.t)
+		j.written += n
+		return err
+	}
+	if dk != kNone {
+		if sk == kFile && dk == kFile {
+			j.t.last = pathCopyFileRange
+			if handled, err := j.fileCopy(pathCopyFileRange); handled || err != nil {
+				return err
+			}
+			j.t.fellBack = true
+		}
+		if sk == kFile {
+			j.t.last = pathSendfile
+			if handled, err := j.fileCopy(pathSendfile); handled || err != nil {
+				return err
+			}
+			j.t.fellBack = true
+		}
+		j.t.last = pathSplice
+		if handled, err := j.splice(); handled || err != nil {
+			return err
+		}
+		j.t.fellBack = true
+	}
+	j.t.last = pathBuffer
+	return j.readBuffered()
+}
+
+// kindOf classifies an end. Sockets of the standard types are known by
+// type; files and unknown types cost an fstat(2).
+func (j *job) kindOf(v any) kind {
+	switch c := v.(type) {
+	case *net.TCPConn:
+		return kSock
+	case *net.UnixConn:
+		if a, ok := c.LocalAddr().(*net.UnixAddr); ok && a != nil {
+			if a.Net == "unix" {
+				return kSock
+			}
+			return kNone // unixgram, unixpacket: splice would merge messages
+		}
+	}
+	j.k = kNone
+	if rawControl(v, j.statFn) != nil {
+		return kNone
+	}
+	return j.k
+}
+
+func (j *job) stat(fd uintptr) {
+	j.k = kNone
+	if unix.Fstat(int(fd), &j.st) != nil {
+		return
+	}
+	switch j.st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		j.k = kFile
+	case unix.S_IFSOCK:
+		if t, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TYPE); err == nil && t == unix.SOCK_STREAM {
+			j.k = kSock
+		}
+	case unix.S_IFIFO, unix.S_IFCHR:
+		// A blocking descriptor is not in the netpoller: splice with
+		// SPLICE_F_NONBLOCK would return EAGAIN with nothing to wait on,
+		// and without it would block a thread. Read and Write it.
+		if fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0); err == nil && fl&unix.O_NONBLOCK != 0 {
+			if j.st.Mode&unix.S_IFMT == unix.S_IFIFO {
+				j.k = kPipe
+			} else {
+				j.k = kOther
+			}
+		}
+	}
+}
+
+// notSupported reports whether errno from a zero-copy call that moved
+// nothing means "this pair cannot do it": the bytes are still in src and
+// another path can take over (internal/poll makes the same call for
+// EINVAL; ENOSYS, EOPNOTSUPP and EXDEV as its sendfile and
+// copy_file_range code does).
+func notSupported(errno error) bool {
+	switch errno {
+	case unix.EINVAL, unix.ENOSYS, unix.EOPNOTSUPP, unix.EXDEV:
+		return true
+	}
+	return false
+}
+
+// advance adds n bytes that reached dst by path p.
+func (j *job) advance(p path, n int) {
+	j.written += int64(n)
+	j.remain -= int64(n)
+	j.t.moved(p, n)
+	if j.progress != nil {
+		j.progress(int64(n))
+	}
+}
+
+// splice moves bytes src -> pipe -> dst. Each round drains src into the
+// empty pipe, then pumps the pipe empty into dst, so the pipe holds bytes
+// only between the two halves. The pipe is taken when src has bytes and
+// given back before waiting for src again, so an idle copy holds none.
+func (j *job) splice() (handled bool, err error) {
+	defer func() {
+		if j.p != nil {
+			putPipe(j.p) // destroys it if bytes are left in it
+			j.p = nil
+		}
+	}()
+	for j.remain > 0 {
+		j.n, j.errno = 0, nil
+		if err := rawRead(j.src, j.drainFn); err != nil {
+			return true, opError(j.src, "read", err)
+		}
+		if j.errno != nil {
+			if j.written == 0 && (j.p == nil || notSupported(j.errno)) {
+				return false, nil // no pipe to be had, or src cannot splice
+			}
+			return true, opError(j.src, "read", os.NewSyscallError("splice", j.errno))
+		}
+		if j.n == 0 {
+			return true, nil // EOF
+		}
+		j.p.data = j.n
+		for j.p.data > 0 {
+			j.errno, j.moved = nil, 0
+			err := rawWrite(j.dst, j.pumpFn)
+			if j.moved > 0 {
+				j.advance(pathSplice, j.moved)
+			}
+			if err != nil {
+				return true, opError(j.dst, "write", err)
+			}
+			if j.errno != nil {
+				if j.written == 0 && notSupported(j.errno) {
+					// dst cannot take a splice, but src's bytes are
+					// in the pipe already: hand them over with Write.
+					return false, j.rescue()
+				}
+				return true, opError(j.dst, "write", os.NewSyscallError("splice", j.errno))
+			}
+		}
+	}
+	return true, nil
+}
+
+// drain is the RawConn.Read callback that moves bytes from src into the
+// pipe, which is empty on entry. It takes a pipe if it has none and gives
+// it back, still empty, on EAGAIN, before the netpoller waits.
+func (j *job) drain(fd uintptr) bool {
+	if j.p == nil {
+		p, err := getPipe(j.pipeSize)
+		if err != nil {
+			j.errno = err
+			return true
+		}
+		j.p = p
+	}
+	for {
+		n, err := unix.Splice(int(fd), nil, j.p.w, nil, int(min(j.remain, int64(j.p.size))), spliceFlags)
+		switch err {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			// The pipe is empty, so EAGAIN means src has no bytes.
+			putPipe(j.p)
+			j.p = nil
+			return false
+		case nil:
+			j.n = int(n)
+		}
+		j.errno = err
+		return true
+	}
+}
+
+// pump is the RawConn.Write callback that moves the pipe's bytes to dst.
+// It returns after any progress so the copy can report it outside the
+// descriptor lock, and waits for writability only when nothing moved.
+func (j *job) pump(fd uintptr) bool {
+	for j.p.data > 0 {
+		n, err := unix.Splice(j.p.r, nil, int(fd), nil, j.p.data, spliceFlags)
+		switch {
+		case err == nil && n > 0:
+			j.p.data -= int(n)
+			j.moved += int(n)
+			continue
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return j.moved > 0
+		case err == nil:
+			// 0 bytes from a pipe we know holds data: cannot happen,
+			// but must not spin.
+			err = unix.EIO
+		}
+		j.errno = err
+		return true
+	}
+	return true
+}
+
+// rescue writes the bytes in the pipe to dst with Write after dst refused
+// splice(2), then lets the copy continue on the buffered path. Without it
+// those bytes would be lost: they have left src already.
+func (j *job) rescue() error {
+	j.buf = getBuf()
+	for j.p.data > 0 {
+		n, err := unix.Read(j.p.r, j.buf[:min(j.p.data, len(j.buf))])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n <= 0 {
+			return opError(j.src, "read", os.NewSyscallError("read", err))
+		}
+		j.p.data -= n
+		j.t.rescuedIn += int64(n)
+		nw, ew := writeChunk(j.dstW, j.buf[:n], nil)
+		j.advance(pathBuffer, nw)
+		if ew != nil {
+			return ew // the pipe is destroyed with what is left in it
+		}
+	}
+	return nil
+}
+
+// readBuffered copies with read(2) on src's descriptor, waiting in the
+// netpoller, and dst.Write. The buffer is taken when src has bytes and
+// given back before waiting, so an idle copy holds none.
+func (j *job) readBuffered() error {
+	for j.remain > 0 {
+		j.n, j.errno = 0, nil
+		if err := rawRead(j.src, j.readFn); err != nil {
+			return opError(j.src, "read", err)
+		}
+		if j.errno != nil {
+			return opError(j.src, "read", os.NewSyscallError("read", j.errno))
+		}
+		if j.n == 0 {
+			return nil // EOF
+		}
+		nw, ew := writeChunk(j.dstW, j.buf[:j.n], nil)
+		j.advance(pathBuffer, nw)
+		if ew != nil {
+			return ew
+		}
+	}
+	return nil
+}
+
+// read is the RawConn.Read callback of readBuffered.
+func (j *job) read(fd uintptr) bool {
+	if j.buf == nil {
+		j.buf = getBuf()
+	}
+	for {
+		n, err := unix.Read(int(fd), j.buf[:min(j.remain, int64(len(j.buf)))])
+		switch err {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			pool.Put(j.buf)
+			j.buf = nil
+			return false
+		case nil:
+			j.n = n
+		}
+		j.errno = err
+		return true
+	}
+}
+
+// fileCopy moves bytes from a regular file with sendfile(2) (to any
+// descriptor) or copy_file_range(2) (to a regular file, where it can
+// share extents or copy inside the kernel). Both read at and advance
+// src's file offset, and write at dst's, as Read and Write would.
+func (j *job) fileCopy(p path) (handled bool, err error) {
+	j.op = p
+	name := "sendfile"
+	if p == pathCopyFileRange {
+		name = "copy_file_range"
+	}
+	for j.remain > 0 {
+		j.n, j.errno, j.ctlErr = 0, nil, nil
+		err := rawWrite(j.dst, j.fileOuterFn)
+		if j.ctlErr != nil {
+			return true, opError(j.src, "read", j.ctlErr)
+		}
+		if err != nil {
+			return true, opError(j.dst, "write", err)
+		}
+		if j.errno != nil {
+			if j.written == 0 && (notSupported(j.errno) ||
+				// copy_file_range: EIO on CIFS (go.dev/issue/42334),
+				// EPERM in some containers (go.dev/issue/40893).
+				p == pathCopyFileRange && (j.errno == unix.EIO || j.errno == unix.EPERM)) {
+				return false, nil
+			}
+			return true, opError(j.dst, "write", os.NewSyscallError(name, j.errno))
+		}
+		if j.n == 0 {
+			// EOF. Before Linux 5.19 copy_file_range could also report
+			// 0 bytes for files it cannot copy (procfs, sysfs); then
+			// let sendfile decide, as internal/poll does.
+			return p == pathSendfile || j.written != 0, nil
+		}
+		j.advance(p, j.n)
+	}
+	return true, nil
+}
+
+// fileOuter runs under dst's write lock and reaches src inside it, so
+// that while dst is full the copy waits holding nothing of src (closing
+// src does not have to wait for dst to drain).
+func (j *job) fileOuter(fd uintptr) bool {
+	j.dfd = fd
+	if err := rawControl(j.src, j.fileInnerFn); err != nil {
+		j.ctlErr = err
+		return true
+	}
+	if j.errno == unix.EAGAIN {
+		j.errno = nil
+		return false
+	}
+	return true
+}
+
+func (j *job) fileInner(fd uintptr) {
+	for {
+		var n int
+		var err error
+		if j.op == pathCopyFileRange {
+			n, err = unix.CopyFileRange(int(fd), nil, int(j.dfd), nil, int(min(j.remain, maxSendfile)), 0)
+		} else {
+			n, err = unix.Sendfile(int(j.dfd), int(fd), nil, int(min(j.remain, maxSendfile)))
+		}
+		if err == unix.EINTR {
+			continue
+		}
+		if err == nil {
+			j.n = n
+		}
+		j.errno = err
+		return
+	}
+}
+
+// opError wraps an error of one end the way that end's own Read or Write
+// would: *net.OpError for conns, *os.PathError for files. Errors from a
+// net RawConn arrive wrapped as "raw-read"/"raw-write"; the op is named
+// again here.
+func opError(v any, op string, err error) error {
+	if oe, ok := err.(*net.OpError); ok {
+		err = oe.Err
+	}
+	switch c := v.(type) {
+	case net.Conn:
+		la, ra := c.LocalAddr(), c.RemoteAddr()
+		var nw string
+		if la != nil {
+			nw = la.Network()
+		}
+		return &net.OpError{Op: op, Net: nw, Source: la, Addr: ra, Err: err}
+	case *os.File:
+		return &os.PathError{Op: op, Path: c.Name(), Err: err}
+	}
+	return &net.OpError{Op: op, Err: err}
+}

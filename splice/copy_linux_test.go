@@ -1,0 +1,543 @@
+package splice
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// wantPath is the path a pair is expected to take.
+func wantPath(src, dst string) path {
+	switch {
+	case src == "file" && dst == "file":
+		return pathCopyFileRange
+	case src == "file":
+		return pathSendfile
+	}
+	return pathSplice
+}
+
+func pathCount(s Stats, p path) uint64 {
+	return [nPaths]uint64{s.BufferCopies, s.SpliceCopies, s.SendfileCopies, s.CopyFileRangeCopies}[p]
+}
+
+// TestEveryPair copies between every pair of descriptor kinds, to EOF and
+// with limits below and above the length, and checks the bytes by hash,
+// the count, what is left in src, and the path taken.
+func TestEveryPair(t *testing.T) {
+	const size = 3<<20 + 12345
+	data := payload(size, 1)
+	for _, se := range ends {
+		for _, de := range ends {
+			for _, lim := range []int64{0, 1<<20 + 7, size + 100} {
+				name := se.name + "-to-" + de.name + "/limit=" + itoa(int(lim))
+				t.Run(name, func(t *testing.T) {
+					src := se.src(t, data)
+					dst := de.dst(t)
+					before := ReadStats()
+					n, err := (&Copier{Limit: lim}).Copy(dst.dst, src.src)
+					want := int64(size)
+					if lim != 0 && lim < want {
+						want = lim
+					}
+					if err != nil || n != want {
+						t.Fatalf("Copy = %d, %v; want %d, nil", n, err, want)
+					}
+					got := dst.result()
+					if len(got) != int(want) || sum(got) != sum(data[:want]) {
+						t.Fatalf("dst got %d bytes (hash match %v), want %d", len(got), sum(got) == sum(data[:want]), want)
+					}
+					// The rest must still be in src, in order.
+					rest, err := io.ReadAll(src.src)
+					if err != nil || !bytes.Equal(rest, data[want:]) {
+						t.Fatalf("src rest: %d bytes, %v; want %d", len(rest), err, size-int(want))
+					}
+					src.done()
+					after := ReadStats()
+					if p := wantPath(se.name, de.name); pathCount(after, p) == pathCount(before, p) {
+						t.Errorf("path %d not counted: before %+v after %+v", p, before, after)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestCopyNEOF: fewer bytes than asked gives io.EOF and the true count.
+func TestCopyNEOF(t *testing.T) {
+	for _, se := range ends {
+		t.Run(se.name, func(t *testing.T) {
+			data := payload(100_000, 2)
+			src := se.src(t, data)
+			dst := ends[0].dst(t)
+			n, err := CopyN(dst.dst, src.src, 200_000)
+			if err != io.EOF || n != int64(len(data)) {
+				t.Fatalf("CopyN = %d, %v; want %d, io.EOF", n, err, len(data))
+			}
+			if got := dst.result(); !bytes.Equal(got, data) {
+				t.Fatalf("dst got %d bytes", len(got))
+			}
+			src.done()
+		})
+	}
+}
+
+// TestPeerReset: src's peer resets the connection mid-stream. The copy
+// fails with ECONNRESET and reports exactly the bytes dst's peer got.
+func TestPeerReset(t *testing.T) {
+	for _, de := range ends {
+		t.Run("tcp-to-"+de.name, func(t *testing.T) {
+			a, b := tcpPair(t)
+			dst := de.dst(t)
+			data := payload(1<<20, 3)
+			go func() {
+				b.Write(data)
+				time.Sleep(50 * time.Millisecond)
+				b.SetLinger(0) // close sends RST
+				b.Close()
+			}()
+			n, err := Copy(dst.dst, a)
+			got := dst.result()
+			if int64(len(got)) != n || !bytes.Equal(got, data[:n]) {
+				t.Fatalf("Copy reported %d, dst got %d", n, len(got))
+			}
+			if !errors.Is(err, syscall.ECONNRESET) {
+				t.Fatalf("err = %v, want ECONNRESET", err)
+			}
+			var oe *net.OpError
+			if !errors.As(err, &oe) || oe.Op != "read" {
+				t.Fatalf("err = %#v, want a read *net.OpError", err)
+			}
+		})
+	}
+}
+
+// TestSrcDeadline: a read deadline on src ends an idle copy.
+func TestSrcDeadline(t *testing.T) {
+	for _, se := range []string{"tcp", "unix", "pipe"} {
+		t.Run(se, func(t *testing.T) {
+			var src interface {
+				io.Reader
+				SetReadDeadline(time.Time) error
+			}
+			switch se {
+			case "tcp":
+				src, _ = tcpPair(t)
+			case "unix":
+				src, _ = unixPair(t)
+			case "pipe":
+				src, _ = pipePair(t)
+			}
+			dst := ends[1].dst(t)
+			src.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+			n, err := Copy(dst.dst, src)
+			if n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("Copy = %d, %v; want 0, deadline exceeded", n, err)
+			}
+		})
+	}
+}
+
+// TestDstDeadline: dst's peer stops reading; the write deadline ends the
+// copy, and the count is exactly what the peer then finds.
+func TestDstDeadline(t *testing.T) {
+	for _, de := range []string{"tcp", "unix", "pipe"} {
+		t.Run(de, func(t *testing.T) {
+			src, peer := tcpPair(t)
+			data := payload(16<<20, 4)
+			go peer.Write(data) // fails when src closes
+			var dst interface {
+				io.Writer
+				SetWriteDeadline(time.Time) error
+				Close() error
+			}
+			var far io.Reader
+			switch de {
+			case "tcp":
+				dst, far = tcpPair(t)
+			case "unix":
+				dst, far = unixPair(t)
+			case "pipe":
+				far, dst = pipePair(t)
+			}
+			dst.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+			n, err := Copy(dst, src)
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("Copy = %d, %v; want deadline exceeded", n, err)
+			}
+			var oe *net.OpError
+			var pe *os.PathError
+			if !errors.As(err, &oe) && !errors.As(err, &pe) {
+				t.Fatalf("err %#v is neither *net.OpError nor *os.PathError", err)
+			}
+			dst.Close()
+			got, _ := io.ReadAll(far)
+			if int64(len(got)) != n || !bytes.Equal(got, data[:n]) {
+				t.Fatalf("Copy reported %d, dst's peer got %d", n, len(got))
+			}
+			src.Close()
+		})
+	}
+}
+
+// TestCloseUnblocks: closing either end unblocks a copy waiting on it.
+func TestCloseUnblocks(t *testing.T) {
+	t.Run("src", func(t *testing.T) {
+		src, _ := tcpPair(t)
+		dst, _ := unixPair(t)
+		done := make(chan error, 1)
+		go func() { _, err := Copy(dst, src); done <- err }()
+		time.Sleep(50 * time.Millisecond)
+		src.Close()
+		select {
+		case err := <-done:
+			if !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("err = %v, want net.ErrClosed", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Copy still blocked after src.Close")
+		}
+	})
+	t.Run("dst", func(t *testing.T) {
+		src, peer := unixPair(t)
+		dst, _ := tcpPair(t) // peer never reads
+		go peer.Write(payload(16<<20, 5))
+		done := make(chan error, 1)
+		go func() { _, err := Copy(dst, src); done <- err }()
+		time.Sleep(100 * time.Millisecond)
+		dst.Close()
+		select {
+		case err := <-done:
+			if !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("err = %v, want net.ErrClosed", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Copy still blocked after dst.Close")
+		}
+		src.Close()
+	})
+	t.Run("src-file-while-dst-full", func(t *testing.T) {
+		// sendfile waits for dst without holding src: closing the
+		// file returns at once, and dst's close ends the copy.
+		name := filepath.Join(t.TempDir(), "f")
+		os.WriteFile(name, payload(16<<20, 6), 0o600)
+		f, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dst, _ := tcpPair(t)
+		done := make(chan error, 1)
+		go func() { _, err := Copy(dst, f); done <- err }()
+		time.Sleep(100 * time.Millisecond)
+		closed := make(chan struct{})
+		go func() { f.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(5 * time.Second):
+			t.Fatal("closing src blocked behind the copy")
+		}
+		dst.Close()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Fatal("Copy succeeded after both ends closed")
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Copy still blocked")
+		}
+	})
+}
+
+// TestTinyPipes copies through one-page pipes.
+func TestTinyPipes(t *testing.T) {
+	for _, pair := range [][2]int{{0, 1}, {1, 0}, {1, 1}, {2, 0}} {
+		se, de := ends[pair[0]], ends[pair[1]]
+		t.Run(se.name+"-to-"+de.name, func(t *testing.T) {
+			data := payload(1<<20+3, 7)
+			src := se.src(t, data)
+			dst := de.dst(t)
+			var calls int
+			var total int64
+			c := Copier{PipeSize: 1, Progress: func(n int64) {
+				calls++
+				total += n
+				if n > 4096 {
+					t.Errorf("chunk of %d bytes through a 4096-byte pipe", n)
+				}
+			}}
+			n, err := c.Copy(dst.dst, src.src)
+			if err != nil || n != int64(len(data)) || total != n {
+				t.Fatalf("Copy = %d, %v; progress total %d", n, err, total)
+			}
+			if got := dst.result(); !bytes.Equal(got, data) {
+				t.Fatal("content differs")
+			}
+			src.done()
+			if calls < len(data)/4096 {
+				t.Fatalf("%d progress calls for %d bytes", calls, n)
+			}
+		})
+	}
+}
+
+// TestRescue: dst refuses splice (O_APPEND files do, splice(2) EINVAL)
+// after src filled the pipe; the bytes must still arrive, by Write.
+func TestRescue(t *testing.T) {
+	a, b := tcpPair(t)
+	data := payload(2<<20, 8)
+	done := feed(b, data)
+	f, err := os.OpenFile(filepath.Join(t.TempDir(), "app"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	before := ReadStats()
+	n, err := Copy(f, a)
+	done()
+	if err != nil || n != int64(len(data)) {
+		t.Fatalf("Copy = %d, %v", n, err)
+	}
+	got, _ := os.ReadFile(f.Name())
+	if !bytes.Equal(got, data) {
+		t.Fatalf("file holds %d bytes, differs", len(got))
+	}
+	after := ReadStats()
+	if after.Rescued == before.Rescued || after.Fallbacks == before.Fallbacks || after.BufferCopies == before.BufferCopies {
+		t.Fatalf("stats before %+v after %+v", before, after)
+	}
+}
+
+// TestNotSpliceable: ends with descriptors that splice cannot use take the
+// buffered path and lose nothing.
+func TestNotSpliceable(t *testing.T) {
+	t.Run("unixgram-src", func(t *testing.T) {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
+		if err != nil {
+			t.Skip(err)
+		}
+		fa, fb := os.NewFile(uintptr(fds[0]), "a"), os.NewFile(uintptr(fds[1]), "b")
+		ca, _ := net.FileConn(fa)
+		cb, _ := net.FileConn(fb)
+		fa.Close()
+		fb.Close()
+		defer ca.Close()
+		defer cb.Close()
+		cb.Write([]byte("hello"))
+		cb.Write([]byte("world"))
+		dst := ends[0].dst(t)
+		before := ReadStats()
+		n, err := CopyN(dst.dst, ca, 10)
+		if n != 10 || err != nil {
+			t.Fatalf("CopyN = %d, %v", n, err)
+		}
+		if got := dst.result(); string(got) != "helloworld" {
+			t.Fatalf("got %q", got)
+		}
+		if ReadStats().BufferCopies == before.BufferCopies {
+			t.Fatal("not counted as buffered")
+		}
+	})
+	t.Run("blocking-pipe", func(t *testing.T) {
+		var fds [2]int
+		if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		r, w := os.NewFile(uintptr(fds[0]), "r"), os.NewFile(uintptr(fds[1]), "w")
+		defer r.Close()
+		data := payload(300_000, 9)
+		done := feed(w, data)
+		dst := ends[1].dst(t)
+		n, err := Copy(dst.dst, r)
+		done()
+		if n != int64(len(data)) || err != nil {
+			t.Fatalf("Copy = %d, %v", n, err)
+		}
+		if got := dst.result(); !bytes.Equal(got, data) {
+			t.Fatal("content differs")
+		}
+	})
+}
+
+// TestIdleHoldsNothing: copies waiting for src hold no pipe and no buffer,
+// then all complete once bytes arrive.
+func TestIdleHoldsNothing(t *testing.T) {
+	const conns = 200
+	type pair struct {
+		src, feed *net.TCPConn
+		dst, far  *net.UnixConn
+	}
+	ps := make([]pair, conns)
+	for i := range ps {
+		ps[i].src, ps[i].feed = tcpPair(t)
+		ps[i].dst, ps[i].far = unixPair(t)
+	}
+	base := ReadStats()
+	var wg sync.WaitGroup
+	errs := make(chan error, conns)
+	for i := range ps {
+		wg.Go(func() {
+			// Each copy first moves one byte, so it has used a pipe,
+			// then waits idle.
+			n, err := CopyN(ps[i].dst, ps[i].src, 2)
+			if err != nil || n != 2 {
+				errs <- err
+			}
+		})
+	}
+	for i := range ps {
+		ps[i].feed.Write([]byte{1})
+	}
+	for i := range ps {
+		var b [1]byte
+		io.ReadFull(ps[i].far, b[:])
+	}
+	time.Sleep(100 * time.Millisecond)
+	idle := ReadStats()
+	if idle.PipesInUse != base.PipesInUse {
+		t.Errorf("%d copies idle hold %d pipes", conns, idle.PipesInUse-base.PipesInUse)
+	}
+	for i := range ps {
+		ps[i].feed.Write([]byte{2})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// TestFDLeak: 10,000 copies, some of them failing with bytes in the pipe,
+// leave the descriptor count where it was once the pool is collected.
+func TestFDLeak(t *testing.T) {
+	start := countFDs()
+	if start < 0 {
+		t.Skip("no /proc/self/fd")
+	}
+	func() {
+		src, feed := tcpPair(t)
+		dst, far := unixPair(t)
+		const copies, size = 10_000, 1000
+		go func() {
+			b := make([]byte, size)
+			for range copies {
+				if _, err := feed.Write(b); err != nil {
+					return
+				}
+			}
+		}()
+		go io.Copy(io.Discard, far)
+		for i := range copies {
+			if n, err := CopyN(dst, src, size); err != nil || n != size {
+				t.Fatalf("copy %d: %d, %v", i, n, err)
+			}
+		}
+		// Failing copies leave bytes in pipes, which must be destroyed.
+		for range 20 {
+			s, f := tcpPair(t)
+			d, dp := tcpPair(t)
+			go f.Write(payload(8<<20, 10))
+			d.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
+			Copy(d, s)
+			s.Close()
+			f.Close()
+			d.Close()
+			dp.Close()
+		}
+		src.Close()
+		feed.Close()
+		dst.Close()
+		far.Close()
+	}()
+	if n := waitFDs(start); n > start {
+		t.Fatalf("%d descriptors open, %d at start (stats %+v): %v", n, start, ReadStats(), listFDs())
+	}
+}
+
+// TestConcurrent runs many copies of every path at once (for -race).
+func TestConcurrent(t *testing.T) {
+	var wg sync.WaitGroup
+	for i := range 24 {
+		se, de := ends[i%len(ends)], ends[(i/len(ends))%len(ends)]
+		data := payload(200_000+i, uint64(i))
+		src := se.src(t, data)
+		dst := de.dst(t)
+		wg.Go(func() {
+			c := Copier{PipeSize: 4096 << (i % 5)}
+			for range 3 {
+				n, err := c.Copy(dst.dst, io.LimitReader(src.src, int64(len(data)/3)))
+				if err != nil || n != int64(len(data)/3) {
+					t.Errorf("%s-to-%s: %d, %v", se.name, de.name, n, err)
+					return
+				}
+			}
+			rest, _ := Copy(dst.dst, src.src)
+			src.done()
+			if got := dst.result(); !bytes.Equal(got, data) || rest != int64(len(data)-3*(len(data)/3)) {
+				t.Errorf("%s-to-%s: content differs", se.name, de.name)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestPaths checks which path the wrappers and fallbacks take.
+func TestPaths(t *testing.T) {
+	data := payload(100_000, 15)
+	cases := []struct {
+		name string
+		src  func(t *testing.T) (io.Reader, func())
+		want path
+	}{
+		{"embedding", func(t *testing.T) (io.Reader, func()) {
+			a, b := tcpPair(t)
+			return xorConn{a}, feed(b, data)
+		}, pathBuffer},
+		{"unwrapper", func(t *testing.T) (io.Reader, func()) {
+			a, b := tcpPair(t)
+			return &countConn{TCPConn: a}, feed(b, data)
+		}, pathSplice},
+		{"unwrapper-held", func(t *testing.T) (io.Reader, func()) {
+			a, b := tcpPair(t)
+			return &countConn{TCPConn: a, held: true}, feed(b, data)
+		}, pathBuffer},
+		{"unknown-syscall-conn", func(t *testing.T) (io.Reader, func()) {
+			a, b := unixPair(t)
+			return selfUnwrap{rawOnly{a}}, feed(b, data)
+		}, pathSplice},
+		{"tls", func(t *testing.T) (io.Reader, func()) {
+			srv, cli := tlsPair(t)
+			return cli, feed(srv, data)
+		}, pathBuffer},
+		{"bytes.Reader", func(t *testing.T) (io.Reader, func()) {
+			return bytes.NewReader(data), func() {}
+		}, pathBuffer},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			src, done := c.src(t)
+			dst := ends[0].dst(t)
+			before := ReadStats()
+			n, err := Copy(dst.dst, src)
+			done()
+			after := ReadStats()
+			if err != nil || n != int64(len(data)) {
+				t.Fatalf("Copy = %d, %v", n, err)
+			}
+			if pathCount(after, c.want) == pathCount(before, c.want) {
+				t.Fatalf("path %d not taken: before %+v after %+v", c.want, before, after)
+			}
+			if got := dst.result(); !bytes.Equal(got, data) && c.name != "embedding" {
+				t.Fatal("content differs")
+			}
+		})
+	}
+}
