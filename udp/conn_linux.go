@@ -179,13 +179,20 @@ func (s *readScratch) meta(i int, m *Message) udpsys.Control {
 // how many it read. It blocks (honouring the read deadline) until at least
 // one is available, then takes what is waiting without blocking again.
 //
-// On Linux it is one recvmmsg(2). With GRO on, the kernel may hand up to 64
-// datagrams of one flow as one buffer; ReadBatch reads those into internal
-// 64 KiB buffers and splits them into one Message per datagram, each with
-// its source address, packet info and TOS, copying each datagram into its
-// Buf (which then needs only the datagram's size). Datagrams that do not
-// fit in msgs are kept and returned by the next ReadBatch. Without GRO the
-// kernel writes straight into Buf.
+// On Linux it is one recvmmsg(2). Without GRO the kernel writes each
+// datagram straight into its Buf.
+//
+// With GRO on, the kernel may hand up to 64 datagrams of one flow as one
+// buffer, which ReadBatch splits into one Message per datagram, each with
+// its source address, packet info and TOS. Once it has seen the flow's
+// datagram size, and every Buf is at least that large, the kernel writes
+// each datagram straight into a Buf too; to keep the filled Messages first
+// and in order, ReadBatch may then exchange Buf slices among msgs (each
+// Message still holds one of the buffers passed in, with its length
+// unchanged). Otherwise coalesced datagrams go through internal 64 KiB
+// buffers and are copied once into Buf, which needs only the datagram's
+// size. Datagrams that do not fit in msgs are kept and returned first by
+// the next ReadBatch.
 //
 // A datagram larger than its Buf is reported with Truncated set.
 func (c *Conn) ReadBatch(msgs []Message) (int, error) {

@@ -22,11 +22,15 @@
 // for the Conn and the datagrams are resent without it.
 //
 // GRO: with UDP_GRO on, the kernel may deliver up to 64 datagrams of one
-// flow as one buffer. ReadBatch receives such buffers into internal 64 KiB
-// buffers and splits them into one Message per datagram, each with its own
-// source address, packet info and TOS; each datagram is copied once into
-// its Message.Buf, which need only be as large as the datagram. Without GRO
-// the kernel writes straight into Message.Buf.
+// flow as one buffer. ReadBatch splits it into one Message per datagram,
+// each with its own source address, packet info and TOS. Once ReadBatch
+// knows the flow's datagram size, the kernel writes each datagram straight
+// into a Message.Buf (ReadBatch may exchange Buf slices among the Messages
+// to keep them in order; it never substitutes a buffer of its own).
+// Before that, or when sizes change, coalesced datagrams land in internal
+// 64 KiB buffers and are copied once. Either way a Buf needs only be as
+// large as the datagrams it receives: GRO needs no larger buffers from the
+// caller. Without GRO the kernel writes straight into Message.Buf.
 //
 // Both are probed on the socket and on by default; turn them off with
 // [Options] (DisableGSO, DisableGRO) or the environment (ZEROIO_UDP_GSO=0,
