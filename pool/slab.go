@@ -3,6 +3,7 @@ package pool
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"sync/atomic"
 	"unsafe"
 
@@ -21,19 +22,18 @@ type SlabOptions struct {
 // Slab is a bounded pool of fixed-size buffers carved from one contiguous
 // allocation: the memory it holds never exceeds SlotSize*Slots bytes.
 //
-// Get and Put are lock-free and allocate nothing. Free slots live in small
-// per-P stacks touched without atomic instructions, backed by a shared
-// lock-free stack; every slot also has an owner word that Put claims with a
-// compare-and-swap, which is what makes a double Put detectable even when two
-// goroutines race to return the same buffer.
+// Get and Put are lock-free, allocate nothing, and cost one
+// compare-and-swap each. Free slots are bits in a bitmap whose words sit on
+// cache lines of their own: Put sets its slot's bit, and the same CAS finds
+// a double Put (the bit is already set), even when two goroutines race to
+// return one buffer; Get clears the lowest set bit of a word, starting from
+// the word its P last used, so Ps work on different lines and any P can
+// take any free slot: none is ever stranded.
 //
 // When every slot is taken, [Slab.Get] never waits: it returns a heap
 // allocation of the same size and counts a miss, and [Slab.TryGet] returns
-// [ErrExhausted]. A miss can also happen while a few free slots sit in the
-// per-P stacks of other Ps: at most 16 per P and never more than a
-// sixteenth of the slab (slabs under 32 slots per P use no per-P stacks).
-// The getter that missed asks every P to hand its stack back, which each
-// does on its next Get or Put.
+// [ErrExhausted]. Finding that out, or a free slot in a nearly full slab,
+// reads every bitmap word (Slots/64 of them).
 //
 // # Misuse contract
 //
@@ -57,32 +57,21 @@ type Slab struct {
 	n      int
 	mem    []byte
 	base   uintptr
-	owned  []atomic.Uint32 // 1 while a slot is handed out
-	next   []atomic.Uint32 // shared stack links: index+1, 0 ends
-	head   paddedU64       // shared stack head: tag<<32 | (index+1)
-	drain  paddedU32       // bumped by a getter that missed
+	recip  uint64 // ceil(2^64/size), for dividing offsets below 2^32
+	words  []slabWord
 	locals perP[slabLocal]
-	lcap   int
 }
 
-type paddedU64 struct {
-	atomic.Uint64
-	_ [percpu.CacheLine - 8]byte
+// slabWord holds the free bits of 64 slots on a cache line of its own.
+type slabWord struct {
+	free atomic.Uint64
+	_    [percpu.CacheLine - 8]byte
 }
-
-type paddedU32 struct {
-	atomic.Uint32
-	_ [percpu.CacheLine - 4]byte
-}
-
-const slabLocalMax = 16
 
 type slabLocal struct {
-	free    [slabLocalMax]uint32
-	n       int
-	drained uint32
+	hint int // the bitmap word this P last took from or returned to
 	counts
-	_ [percpu.CacheLine - (slabLocalMax*4+8+8+5*8)%percpu.CacheLine]byte
+	_ [percpu.CacheLine - (8+5*8)%percpu.CacheLine]byte
 }
 
 // NewSlab returns a Slab of o.Slots buffers of o.SlotSize bytes each. It
@@ -99,19 +88,25 @@ func NewSlab(o SlabOptions) (*Slab, error) {
 		size:  o.SlotSize,
 		n:     o.Slots,
 		mem:   make([]byte, o.SlotSize*o.Slots),
-		owned: make([]atomic.Uint32, o.Slots),
-		next:  make([]atomic.Uint32, o.Slots),
+		words: make([]slabWord, (o.Slots+63)/64),
 	}
 	s.base = uintptr(unsafe.Pointer(unsafe.SliceData(s.mem)))
-	s.locals.init()
-	// Per-P stacks may hold at most a sixteenth of the slots between them.
-	s.lcap = min(slabLocalMax, o.Slots/(16*len(s.locals.all)))
-	if s.lcap < 2 {
-		s.lcap = 0
+	if uint64(o.SlotSize) < 1<<32 {
+		// Lemire, Kaser, Kurz, "Faster remainder by direct computation"
+		// (2019): for n, d < 2^32, n/d is the high word of ceil(2^64/d)*n.
+		s.recip = ^uint64(0)/uint64(o.SlotSize) + 1
 	}
-	// Push in reverse so the first Gets return slots in address order.
-	for i := o.Slots - 1; i >= 0; i-- {
-		s.push(uint32(i))
+	for i := range s.words {
+		left := o.Slots - i*64
+		if left >= 64 {
+			s.words[i].free.Store(^uint64(0))
+		} else {
+			s.words[i].free.Store(1<<left - 1)
+		}
+	}
+	s.locals.init()
+	for i := range s.locals.all { // spread the Ps over the bitmap
+		s.locals.all[i].hint = i * len(s.words) / len(s.locals.all)
 	}
 	return s, nil
 }
@@ -122,34 +117,8 @@ func (s *Slab) SlotSize() int { return s.size }
 // Slots returns the number of buffers in the slab.
 func (s *Slab) Slots() int { return s.n }
 
-func (s *Slab) push(i uint32) {
-	for {
-		h := s.head.Load()
-		s.next[i].Store(uint32(h))
-		if s.head.CompareAndSwap(h, (h>>32+1)<<32|uint64(i+1)) {
-			return
-		}
-	}
-}
-
-func (s *Slab) pop() (uint32, bool) {
-	for {
-		h := s.head.Load()
-		top := uint32(h)
-		if top == 0 {
-			return 0, false
-		}
-		// The tag in the high half makes a stale head fail the CAS even if
-		// the same index came back (ABA).
-		nx := s.next[top-1].Load()
-		if s.head.CompareAndSwap(h, (h>>32+1)<<32|uint64(nx)) {
-			return top - 1, true
-		}
-	}
-}
-
-func (s *Slab) slot(i uint32) []byte {
-	off := int(i) * s.size
+func (s *Slab) slot(i int) []byte {
+	off := i * s.size
 	return s.mem[off : off+s.size : off+s.size]
 }
 
@@ -175,45 +144,48 @@ func (s *Slab) TryGet() ([]byte, error) {
 
 func (s *Slab) get() ([]byte, bool) {
 	id := percpu.Pin()
-	if id < len(s.locals.all) {
-		l := &s.locals.all[id]
-		percpu.Acquire(unsafe.Pointer(l))
-		if l.drained != s.drain.Load() {
-			s.drainLocal(l)
-		}
-		if l.n > 0 {
-			l.n--
-			i := l.free[l.n]
-			percpu.Inc(&l.hits)
-			percpu.Release(unsafe.Pointer(l))
-			percpu.Unpin()
-			s.owned[i].Store(1)
+	if id >= len(s.locals.all) {
+		percpu.Unpin()
+		i, ok := s.take(0)
+		if ok {
+			count(&s.locals, func(l *slabLocal) *uint64 { return &l.hits })
 			return s.slot(i), true
-		}
-		percpu.Release(unsafe.Pointer(l))
-	}
-	percpu.Unpin()
-	i, ok := s.pop()
-	if !ok {
-		// Free slots may sit in other Ps' stacks: ask them to hand them
-		// back on their next operation, and report this one as a miss.
-		if s.lcap > 0 {
-			s.drain.Add(1)
 		}
 		return nil, false
 	}
-	s.owned[i].Store(1)
-	count(&s.locals, func(l *slabLocal) *uint64 { return &l.hits })
+	l := &s.locals.all[id]
+	percpu.Acquire(unsafe.Pointer(l))
+	i, ok := s.take(l.hint)
+	if ok {
+		l.hint = i / 64
+		percpu.Inc(&l.hits)
+	}
+	percpu.Release(unsafe.Pointer(l))
+	percpu.Unpin()
+	if !ok {
+		return nil, false
+	}
 	return s.slot(i), true
 }
 
-// drainLocal moves a pinned per-P stack to the shared stack.
-func (s *Slab) drainLocal(l *slabLocal) {
-	for l.n > 0 {
-		l.n--
-		s.push(l.free[l.n])
+// take clears a free bit, looking at every word once, from word w on.
+func (s *Slab) take(w int) (int, bool) {
+	for range s.words {
+		fw := &s.words[w].free
+		for {
+			old := fw.Load()
+			if old == 0 {
+				break
+			}
+			if fw.CompareAndSwap(old, old&(old-1)) {
+				return w*64 + bits.TrailingZeros64(old), true
+			}
+		}
+		if w++; w == len(s.words) {
+			w = 0
+		}
 	}
-	l.drained = s.drain.Load()
+	return 0, false
 }
 
 // Put returns a buffer to the slab. It returns nil when the buffer was
@@ -224,8 +196,8 @@ func (s *Slab) Put(b []byte) error {
 		count(&s.locals, func(l *slabLocal) *uint64 { return &l.rejected })
 		return ErrForeign
 	}
-	off := uintptr(unsafe.Pointer(unsafe.SliceData(b))) - s.base
-	if off >= uintptr(len(s.mem)) {
+	off := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(b))) - s.base)
+	if off >= uint64(len(s.mem)) {
 		if cap(b) == s.size {
 			count(&s.locals, func(l *slabLocal) *uint64 { percpu.Inc(&l.puts); return &l.dropped })
 			return nil
@@ -233,37 +205,39 @@ func (s *Slab) Put(b []byte) error {
 		count(&s.locals, func(l *slabLocal) *uint64 { return &l.rejected })
 		return ErrForeign
 	}
-	i := uint32(off / uintptr(s.size))
-	if off%uintptr(s.size) != 0 || cap(b) > s.size {
+	var i uint64
+	if off < 1<<32 && s.recip != 0 {
+		i, _ = bits.Mul64(s.recip, off)
+	} else {
+		i = off / uint64(s.size)
+	}
+	if i*uint64(s.size) != off || cap(b) > s.size {
 		count(&s.locals, func(l *slabLocal) *uint64 { return &l.rejected })
 		return ErrForeign
 	}
-	if !s.owned[i].CompareAndSwap(1, 0) {
-		count(&s.locals, func(l *slabLocal) *uint64 { return &l.rejected })
-		return ErrDoublePut
+	fw := &s.words[i/64].free
+	bit := uint64(1) << (i % 64)
+	for {
+		old := fw.Load()
+		if old&bit != 0 {
+			count(&s.locals, func(l *slabLocal) *uint64 { return &l.rejected })
+			return ErrDoublePut
+		}
+		if fw.CompareAndSwap(old, old|bit) {
+			break
+		}
 	}
 	id := percpu.Pin()
 	if id < len(s.locals.all) {
 		l := &s.locals.all[id]
 		percpu.Acquire(unsafe.Pointer(l))
-		if l.drained != s.drain.Load() {
-			s.drainLocal(l)
-		}
 		percpu.Inc(&l.puts)
-		if l.n < s.lcap {
-			l.free[l.n] = i
-			l.n++
-			percpu.Release(unsafe.Pointer(l))
-			percpu.Unpin()
-			return nil
-		}
 		percpu.Release(unsafe.Pointer(l))
 		percpu.Unpin()
-	} else {
-		percpu.Unpin()
-		count(&s.locals, func(l *slabLocal) *uint64 { return &l.puts })
+		return nil
 	}
-	s.push(i)
+	percpu.Unpin()
+	count(&s.locals, func(l *slabLocal) *uint64 { return &l.puts })
 	return nil
 }
 

@@ -3,6 +3,7 @@ package pool
 import (
 	"errors"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -188,46 +189,35 @@ func TestSlabHammer(t *testing.T) {
 	}
 }
 
-// TestSlabStranding checks the bound on free slots left in per-P stacks:
-// after goroutines on every P have used the slab, a single getter still
-// obtains all but at most a sixteenth of the slots, and all of them once
-// the other Ps touch the slab again.
-func TestSlabStranding(t *testing.T) {
-	const n = 1024
+// TestSlabNoStranding checks that free slots parked in other Ps' private
+// slots are not lost to a getter: after goroutines on every P have used
+// the slab, one goroutine obtains every slot.
+func TestSlabNoStranding(t *testing.T) {
+	const n = 64
 	s := mustSlab(t, 8, n)
-	use := func() {
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var bs [][]byte
-				for range 50 {
-					if b, err := s.TryGet(); err == nil {
-						bs = append(bs, b)
-					}
-				}
-				for _, b := range bs {
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				if b, err := s.TryGet(); err == nil {
+					runtime.Gosched()
 					_ = s.Put(b)
 				}
-			}()
-		}
-		wg.Wait()
+			}
+		}()
 	}
-	use()
-	var got [][]byte
+	wg.Wait()
+	got := 0
 	for {
-		b, err := s.TryGet()
-		if err != nil {
+		if _, err := s.TryGet(); err != nil {
 			break
 		}
-		got = append(got, b)
+		got++
 	}
-	if len(got) < n-n/16 {
-		t.Fatalf("got %d slots, want at least %d", len(got), n-n/16)
-	}
-	for _, b := range got {
-		_ = s.Put(b)
+	if got != n {
+		t.Fatalf("got %d slots, want all %d", got, n)
 	}
 }
 
@@ -247,5 +237,38 @@ func TestSlabZeroAllocs(t *testing.T) {
 		}
 	}); a != 0 {
 		t.Fatalf("all slots out: %v allocs, want 0", a)
+	}
+}
+
+// TestSlabSlotSizes checks, for awkward slot sizes, that every slot comes
+// out once, goes back by address, and that every other start is refused
+// (the slot index is computed with a reciprocal multiply, not a division).
+func TestSlabSlotSizes(t *testing.T) {
+	for _, size := range []int{1, 3, 7, 10, 64, 4096, 65537} {
+		s := mustSlab(t, size, 130) // three bitmap words, the last partial
+		var got [][]byte
+		for {
+			b, err := s.TryGet()
+			if err != nil {
+				break
+			}
+			got = append(got, b)
+		}
+		if len(got) != 130 {
+			t.Fatalf("size %d: %d slots", size, len(got))
+		}
+		for _, b := range got {
+			if size > 1 {
+				if err := s.Put(b[1:]); !errors.Is(err, ErrForeign) {
+					t.Fatalf("size %d: Put(b[1:]) = %v", size, err)
+				}
+			}
+			if err := s.Put(b); err != nil {
+				t.Fatalf("size %d: %v", size, err)
+			}
+			if err := s.Put(b); !errors.Is(err, ErrDoublePut) {
+				t.Fatalf("size %d: double Put = %v", size, err)
+			}
+		}
 	}
 }
