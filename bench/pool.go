@@ -118,7 +118,7 @@ func init() {
 	register(Suite{Group: "pool", Name: "Pool", Cases: poolCases})
 	register(Suite{Group: "pool", Name: "SeedBytePool", Cases: seedBytePoolCases})
 	register(Suite{Group: "pool", Name: "VsMalloc", Cases: vsMallocCases})
-	register(Suite{Group: "pool", Name: "Chaos", Cases: chaosCases})
+	register(Suite{Group: "pool", Name: "Chaos", Cases: chaosCases, Metric: "allocs/op"})
 }
 
 // poolCases compares zeroio's pools with the standard library and the Go
@@ -187,9 +187,10 @@ func seedBytePoolCases(bool) []Case {
 	}}}
 }
 
-// BenchmarkVsMalloc is bufpool's benchmark (seed 003) for one serial client:
-// malloc is make; overhead asks for more than half a shard (a plain
-// allocation through the pool); reuse asks and returns serially.
+// vsMallocCases are bufpool's BenchmarkVsMalloc (seed 003) for one serial
+// client, with make (bufpool's "malloc") beside the pools in each case:
+// overhead asks for more than half a shard (a plain allocation through the
+// pool); reuse asks and returns serially.
 func vsMallocCases(bool) []Case {
 	var cs []Case
 	for _, sz := range []int{4, 64, 512, 16384} {
@@ -203,11 +204,12 @@ func vsMallocCases(bool) []Case {
 				}
 			}})
 		}
-		run("malloc/impl=make", func() { sink = make([]byte, sz) })
+		run("overhead/impl=make", func() { sink = make([]byte, sz) })
 		over, _ := pool.NewArena(pool.ArenaOptions{ShardSize: sz, Retries: 1})
 		run("overhead/impl=zeroio-arena", func() { x := over.Make(sz); _ = x.Done() })
 		bpOver := newBufpoolModel(sz/2, 1)
 		run("overhead/impl=bufpool-model", func() { x := bpOver.Make(sz); x.Done() })
+		run("reuse/impl=make", func() { sink = make([]byte, sz) })
 		reuse, _ := pool.NewArena(pool.ArenaOptions{ShardSize: sz * 2, Retries: 1})
 		run("reuse/impl=zeroio-arena", func() { x := reuse.Make(sz); _ = x.Done() })
 		bpReuse := newBufpoolModel(sz*2, 1)

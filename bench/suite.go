@@ -31,6 +31,25 @@ type Suite struct {
 	// Available reports why the suite cannot run here ("" if it can):
 	// missing external programs or kernel features.
 	Available func() string
+	// Metric is the unit the suite is judged by: "ns/op" (the default),
+	// "MB/s", or a unit the cases report with b.ReportMetric.
+	Metric string
+	// Notes reports what the suite found about its peers ("haproxy: not
+	// on PATH, skipped"), for the report.
+	Notes func() []string
+}
+
+// HigherIsBetter reports whether larger values of unit are better.
+func HigherIsBetter(unit string) bool {
+	switch {
+	case unit == "ns/op", unit == "sec/op", unit == "B/op", unit == "allocs/op":
+		return false
+	case strings.HasSuffix(unit, "/s"), strings.HasPrefix(unit, "delivered"):
+		return true
+	case strings.Contains(unit, "cpu"), strings.Contains(unit, "lat"), strings.HasSuffix(unit, "ns"):
+		return false
+	}
+	return true
 }
 
 var registry []Suite

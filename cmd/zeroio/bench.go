@@ -1,0 +1,313 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/zeroio/zeroio/bench"
+)
+
+const benchUsage = `Usage: zeroio bench [flags]
+
+Runs zeroio against its peers on loopback, interleaved in one process
+(every peer and zeroio once per round, for --count rounds) so that a noisy
+machine's drift hits all of them alike, and reports medians and ratios.
+
+Suites:
+  pool    byte-buffer pools: zeroio Sized, Slab, Arena against make,
+          sync.Pool, mcache, bytebufferpool, go-buffer-pool, bufpool
+  udp     batched datagram I/O against net, x/net and wireguard-go
+  splice  stream copies for every socket pair against io.CopyN and a
+          reused 64 KiB buffer
+  relay   zeroio relay against a Go io.Copy relay, and HAProxy and socat
+          when they are on PATH
+
+Writes to --out (default ./bench-out):
+  table.txt    the terminal table: medians and zeroio's ratio to each peer
+  bench.txt    raw results in Go benchmark format (benchstat reads it)
+  results.json every sample, median and ratio
+  report.html  a self-contained report with charts
+
+Flags:
+`
+
+// benchOptions are the flags of zeroio bench.
+type benchOptions struct {
+	suites    []string
+	count     int
+	quick     bool
+	out       string
+	json      bool
+	benchtime time.Duration
+}
+
+func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
+	o := benchOptions{}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, benchUsage)
+		fs.PrintDefaults()
+	}
+	suites := fs.String("suite", strings.Join(bench.Groups, ","), "comma-separated suites to run: "+strings.Join(bench.Groups, ", "))
+	fs.IntVar(&o.count, "count", 6, "rounds: samples per benchmark (medians need at least 6)")
+	fs.BoolVar(&o.quick, "quick", false, "smoke run under a minute: fewer cases, 2 rounds, short runs (for CI)")
+	fs.StringVar(&o.out, "out", "bench-out", "directory for table.txt, bench.txt, results.json and report.html")
+	fs.BoolVar(&o.json, "json", false, "print results.json to stdout instead of the table")
+	fs.DurationVar(&o.benchtime, "benchtime", 0, "target time per sample (default 100ms, 10ms with --quick)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	for _, s := range strings.Split(*suites, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		known := false
+		for _, g := range bench.Groups {
+			known = known || g == s
+		}
+		if !known {
+			return o, fmt.Errorf("unknown suite %q (choose from %s)", s, strings.Join(bench.Groups, ", "))
+		}
+		o.suites = append(o.suites, s)
+	}
+	if len(o.suites) == 0 {
+		return o, errors.New("no suite selected")
+	}
+	if o.quick {
+		if !flagSet(fs, "count") {
+			o.count = 2
+		}
+		if o.benchtime == 0 {
+			o.benchtime = 10 * time.Millisecond
+		}
+	}
+	if o.benchtime == 0 {
+		o.benchtime = 100 * time.Millisecond
+	}
+	if o.count < 1 {
+		return o, fmt.Errorf("--count must be at least 1, got %d", o.count)
+	}
+	return o, nil
+}
+
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
+func runBench(args []string, stdout, stderr io.Writer) int {
+	o, err := parseBenchFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "zeroio bench: %v\n", err)
+		return 2
+	}
+	rep, err := runSuites(o, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "zeroio bench: %v\n", err)
+		return 1
+	}
+	if err := rep.write(o.out); err != nil {
+		fmt.Fprintf(stderr, "zeroio bench: %v\n", err)
+		return 1
+	}
+	if o.json {
+		if err := rep.writeJSON(stdout); err != nil {
+			fmt.Fprintf(stderr, "zeroio bench: %v\n", err)
+			return 1
+		}
+	} else {
+		rep.writeTable(stdout)
+		fmt.Fprintf(stdout, "\nWrote %s: table.txt, bench.txt (benchstat), results.json, report.html\n", o.out)
+	}
+	if n := rep.failures(); n > 0 {
+		fmt.Fprintf(stderr, "zeroio bench: %d benchmarks failed; see the report\n", n)
+		return 1
+	}
+	return 0
+}
+
+// runSuites runs the selected suites' cases, round-robin across rounds.
+func runSuites(o benchOptions, stderr io.Writer) (*report, error) {
+	testing.Init()
+	if err := flag.Set("test.benchtime", o.benchtime.String()); err != nil {
+		return nil, err
+	}
+	rep := newReport(o)
+	var all []*caseResult
+	for _, s := range bench.Suites() {
+		if !contains(o.suites, s.Group) {
+			continue
+		}
+		sr := &suiteResult{Group: s.Group, Name: s.Name, Metric: s.Metric}
+		if sr.Metric == "" {
+			sr.Metric = "ns/op"
+		}
+		rep.Suites = append(rep.Suites, sr)
+		if s.Available != nil {
+			if why := s.Available(); why != "" {
+				sr.Skipped = why
+				continue
+			}
+		}
+		if s.Notes != nil {
+			sr.Notes = s.Notes()
+		}
+		for _, c := range s.Cases(o.quick) {
+			cr := &caseResult{Suite: s.Name, Group: s.Group, Name: c.Name, Impl: bench.Impl(c.Name), Config: bench.Config(c.Name), f: c.F}
+			sr.Cases = append(sr.Cases, cr)
+			all = append(all, cr)
+		}
+	}
+	if len(all) == 0 {
+		return rep, nil
+	}
+	bar := newProgress(stderr, o.count*len(all))
+	for round := range o.count {
+		for _, c := range all {
+			bar.describe(fmt.Sprintf("round %d/%d %s/%s", round+1, o.count, c.Suite, c.Name))
+			c.run()
+			bar.add()
+		}
+	}
+	bar.finish()
+	rep.Finished = time.Now()
+	rep.summarize()
+	return rep, nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// run takes one sample of the case.
+func (c *caseResult) run() {
+	r := testing.Benchmark(c.f)
+	if r.N == 0 {
+		// testing.Benchmark reports a failed or skipped benchmark as an
+		// empty result; its message went to stdout.
+		c.Failed = "failed or skipped (no iterations ran)"
+		return
+	}
+	s := sample{
+		N:           r.N,
+		NsPerOp:     float64(r.T.Nanoseconds()) / float64(r.N),
+		BytesPerOp:  float64(r.MemBytes) / float64(r.N),
+		AllocsPerOp: float64(r.MemAllocs) / float64(r.N),
+		Extra:       map[string]float64{},
+	}
+	if r.Bytes > 0 && r.T > 0 {
+		s.MBPerSec = float64(r.Bytes) * float64(r.N) / 1e6 / r.T.Seconds()
+	}
+	for k, v := range r.Extra {
+		s.Extra[k] = v
+	}
+	c.Samples = append(c.Samples, s)
+}
+
+// progress is a progress bar on a terminal, and a line per suite
+// elsewhere (CI logs).
+type progress struct {
+	bar  *progressbar.ProgressBar
+	w    io.Writer
+	last string
+}
+
+func newProgress(w io.Writer, total int) *progress {
+	p := &progress{w: w}
+	if f, ok := w.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
+			p.bar = progressbar.NewOptions(total,
+				progressbar.OptionSetWriter(w),
+				progressbar.OptionSetWidth(30),
+				progressbar.OptionShowCount(),
+				progressbar.OptionSetPredictTime(true),
+				progressbar.OptionShowElapsedTimeOnFinish(),
+				progressbar.OptionFullWidth(),
+				progressbar.OptionClearOnFinish(),
+			)
+		}
+	}
+	return p
+}
+
+func (p *progress) describe(s string) {
+	if p.bar != nil {
+		p.bar.Describe(s)
+		return
+	}
+	head := s[:strings.LastIndexByte(s, '/')+1]
+	if i := strings.Index(s, " "); i >= 0 {
+		if j := strings.IndexByte(s[i+1:], '/'); j >= 0 {
+			head = s[:i+1+j]
+		}
+	}
+	if head != p.last {
+		p.last = head
+		fmt.Fprintf(p.w, "zeroio bench: %s\n", head)
+	}
+}
+
+func (p *progress) add() {
+	if p.bar != nil {
+		_ = p.bar.Add(1)
+	}
+}
+
+func (p *progress) finish() {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+	}
+}
+
+// write saves every output file in dir.
+func (r *report) write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	files := []struct {
+		name string
+		fn   func(io.Writer) error
+	}{
+		{"table.txt", func(w io.Writer) error { r.writeTable(w); return nil }},
+		{"bench.txt", r.writeRaw},
+		{"results.json", r.writeJSON},
+		{"report.html", r.writeHTML},
+	}
+	for _, f := range files {
+		fh, err := os.Create(filepath.Join(dir, f.name))
+		if err != nil {
+			return err
+		}
+		err = f.fn(fh)
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("writing %s: %w", f.name, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,367 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"html/template"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// chart is one SVG figure of the report. Series and Points are written as
+// data attributes so that a test (or a reader's script) can check that no
+// series is empty.
+type chart struct {
+	Title  string
+	Series []string
+	Points []int
+	SVG    template.HTML
+}
+
+type htmlSuite struct {
+	*suiteResult
+	Charts      []chart
+	AllocCharts []chart
+	NoAllocs    bool
+	Table       template.HTML
+}
+
+// xKeys are the config keys that make a good x axis, in preference order.
+var xKeys = []string{"n", "size", "retries"}
+
+// configParts splits "mode=serial/size=64" into its ordered key=value pairs.
+func configParts(cfg string) [][2]string {
+	var out [][2]string
+	for _, e := range strings.Split(cfg, "/") {
+		if e == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(e, "=")
+		if !ok {
+			k, v = "case", e
+		}
+		out = append(out, [2]string{k, v})
+	}
+	return out
+}
+
+// xKey picks the numeric config key to plot along x, or "".
+func xKey(s *suiteResult) string {
+	for _, k := range xKeys {
+		vals := map[string]bool{}
+		numeric := true
+		present := true
+		for _, rw := range s.Rows {
+			found := false
+			for _, p := range configParts(rw.Config) {
+				if p[0] == k {
+					found = true
+					vals[p[1]] = true
+					if _, err := strconv.ParseFloat(p[1], 64); err != nil {
+						numeric = false
+					}
+				}
+			}
+			present = present && found
+		}
+		if present && numeric && len(vals) > 1 {
+			return k
+		}
+	}
+	return ""
+}
+
+// medianOf returns the median of unit for the case with this config and
+// impl.
+func medianOf(s *suiteResult, cfg, impl, unit string) (float64, bool) {
+	for _, c := range s.Cases {
+		if c.Config == cfg && c.Impl == impl {
+			v, ok := c.Medians[unit]
+			return v, ok
+		}
+	}
+	return 0, false
+}
+
+// charts draws unit for a suite: line charts along a numeric key when the
+// configs have one (a chart per combination of the other keys), else one
+// bar chart over the configs.
+func suiteCharts(s *suiteResult, unit string, logY bool) ([]chart, error) {
+	xk := xKey(s)
+	if xk == "" {
+		c, err := barChart(s, unit)
+		if err != nil || c == nil {
+			return nil, err
+		}
+		return []chart{*c}, nil
+	}
+	// Group configs by the other keys.
+	groups := map[string][]string{}
+	var order []string
+	for _, rw := range s.Rows {
+		var rest []string
+		for _, p := range configParts(rw.Config) {
+			if p[0] != xk {
+				rest = append(rest, p[0]+"="+p[1])
+			}
+		}
+		g := strings.Join(rest, " ")
+		if _, ok := groups[g]; !ok {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], rw.Config)
+	}
+	var out []chart
+	for _, g := range order {
+		p := plot.New()
+		title := fmt.Sprintf("Benchmark%s %s", s.Name, g)
+		p.Title.Text = title
+		p.X.Label.Text = xk
+		p.Y.Label.Text = unit
+		p.Legend.Top = true
+		var xs []float64
+		c := chart{Title: title}
+		allPositive := true
+		for i, impl := range s.Impls {
+			var pts plotter.XYs
+			for _, cfg := range groups[g] {
+				v, ok := medianOf(s, cfg, impl, unit)
+				if !ok || math.IsNaN(v) {
+					continue
+				}
+				for _, pp := range configParts(cfg) {
+					if pp[0] == xk {
+						x, _ := strconv.ParseFloat(pp[1], 64)
+						pts = append(pts, plotter.XY{X: x, Y: v})
+						xs = append(xs, x)
+					}
+				}
+				allPositive = allPositive && v > 0
+			}
+			if len(pts) == 0 {
+				continue
+			}
+			sort.Slice(pts, func(a, b int) bool { return pts[a].X < pts[b].X })
+			l, sc, err := plotter.NewLinePoints(pts)
+			if err != nil {
+				return nil, err
+			}
+			l.Color = plotutil.Color(i)
+			l.Width = vg.Points(1.5)
+			if isZeroio(impl) {
+				l.Width = vg.Points(3)
+			}
+			sc.Color = plotutil.Color(i)
+			sc.Shape = plotutil.Shape(i)
+			p.Add(l, sc)
+			p.Legend.Add(impl, l, sc)
+			c.Series = append(c.Series, impl)
+			c.Points = append(c.Points, len(pts))
+		}
+		if len(c.Series) == 0 {
+			continue
+		}
+		sort.Float64s(xs)
+		if xs[0] > 0 && xs[len(xs)-1]/xs[0] >= 16 {
+			p.X.Scale = plot.LogScale{}
+			p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		}
+		if logY && allPositive {
+			p.Y.Scale = plot.LogScale{}
+			p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		}
+		svg, err := renderSVG(p, 7, 4.2)
+		if err != nil {
+			return nil, err
+		}
+		c.SVG = svg
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func barChart(s *suiteResult, unit string) (*chart, error) {
+	p := plot.New()
+	title := fmt.Sprintf("Benchmark%s", s.Name)
+	p.Title.Text = title
+	p.Y.Label.Text = unit
+	p.Legend.Top = true
+	var names []string
+	for _, rw := range s.Rows {
+		names = append(names, rw.Config)
+	}
+	c := &chart{Title: title}
+	n := len(s.Impls)
+	w := vg.Points(math.Max(4, 60/float64(n)))
+	for i, impl := range s.Impls {
+		vals := make(plotter.Values, len(s.Rows))
+		count := 0
+		for j, rw := range s.Rows {
+			if v, ok := medianOf(s, rw.Config, impl, unit); ok && !math.IsNaN(v) {
+				vals[j] = v
+				count++
+			}
+		}
+		if count == 0 {
+			continue
+		}
+		b, err := plotter.NewBarChart(vals, w)
+		if err != nil {
+			return nil, err
+		}
+		b.Color = plotutil.Color(i)
+		b.LineStyle.Width = 0
+		b.Offset = w * vg.Length(float64(i)-float64(n-1)/2)
+		p.Add(b)
+		p.Legend.Add(impl, b)
+		c.Series = append(c.Series, impl)
+		c.Points = append(c.Points, count)
+	}
+	if len(c.Series) == 0 {
+		return nil, nil
+	}
+	p.NominalX(names...)
+	p.X.Tick.Label.Rotation = math.Pi / 8
+	p.X.Tick.Label.XAlign = -0.9
+	svg, err := renderSVG(p, 7, 4.2)
+	if err != nil {
+		return nil, err
+	}
+	c.SVG = svg
+	return c, nil
+}
+
+func renderSVG(p *plot.Plot, w, h float64) (template.HTML, error) {
+	wt, err := p.WriterTo(vg.Length(w)*vg.Inch, vg.Length(h)*vg.Inch, "svg")
+	if err != nil {
+		return "", err
+	}
+	var buf bytes.Buffer
+	if _, err := wt.WriteTo(&buf); err != nil {
+		return "", err
+	}
+	svg := buf.String()
+	if i := strings.Index(svg, "<svg"); i > 0 {
+		svg = svg[i:] // drop the XML prolog: the SVG is inline
+	}
+	return template.HTML(svg), nil
+}
+
+// pivotHTML renders the suite's rows as a table of medians and ratios.
+func pivotHTML(s *suiteResult, unit string, withRatio bool) template.HTML {
+	var b strings.Builder
+	b.WriteString("<table><tr><th>config</th>")
+	for _, im := range s.Impls {
+		fmt.Fprintf(&b, "<th>%s</th>", template.HTMLEscapeString(im))
+	}
+	if withRatio {
+		b.WriteString("<th>zeroio vs best peer</th>")
+	}
+	b.WriteString("</tr>")
+	for _, rw := range s.Rows {
+		fmt.Fprintf(&b, "<tr><td>%s</td>", template.HTMLEscapeString(rw.Config))
+		for _, im := range s.Impls {
+			v, ok := medianOf(s, rw.Config, im, unit)
+			if !ok {
+				v = math.NaN()
+			}
+			cls := ""
+			if im == rw.BestZero && withRatio {
+				cls = ` class="z"`
+			}
+			fmt.Fprintf(&b, "<td%s>%s</td>", cls, formatValue(v))
+		}
+		if withRatio {
+			cls := "win"
+			if rw.Ratio > 0 && rw.Ratio < 1 {
+				cls = "loss"
+			}
+			fmt.Fprintf(&b, `<td class="%s">%s %s</td>`, cls, formatRatio(rw.Ratio), template.HTMLEscapeString(rw.BestPeer))
+		}
+		b.WriteString("</tr>")
+	}
+	b.WriteString("</table>")
+	return template.HTML(b.String())
+}
+
+var reportTmpl = template.Must(template.New("report").Parse(`<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>zeroio bench — {{.R.Started.UTC.Format "2006-01-02"}}</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
+h1{margin-bottom:0}.sub{color:#666;margin-top:.2em}
+table{border-collapse:collapse;font-size:13px;margin:.6em 0 1.2em;font-variant-numeric:tabular-nums}
+td,th{border-bottom:1px solid #ddd;padding:3px 8px;text-align:right}th{background:#f4f4f4}
+td:first-child,th:first-child{text-align:left}
+td.z{font-weight:bold}td.win{color:#0a6d2c;font-weight:bold}td.loss{color:#b00020;font-weight:bold}
+figure{display:inline-block;margin:.5em 1em .5em 0}figure svg{max-width:100%;height:auto}
+.note{color:#555}.skipped{color:#b00020}section{margin-bottom:2.5em}
+dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px}dt{color:#666}
+</style></head><body>
+<h1>zeroio against its peers</h1>
+<p class="sub">Medians of {{.R.Count}} samples per benchmark, taken interleaved (every implementation once per round) so drift on a shared machine hits all alike. Ratios: best zeroio implementation against the best peer, above 1 means zeroio is better.</p>
+<dl>
+<dt>date</dt><dd>{{.R.Started.UTC.Format "2006-01-02 15:04 UTC"}} ({{.Duration}})</dd>
+<dt>CPU</dt><dd>{{.R.Machine.CPU}}</dd>
+<dt>cores</dt><dd>{{.R.Machine.Cores}} (GOMAXPROCS {{.R.Machine.GOMAXPROCS}})</dd>
+<dt>kernel</dt><dd>{{.R.Machine.GOOS}}/{{.R.Machine.GOARCH}} {{.R.Machine.Kernel}}</dd>
+<dt>Go</dt><dd>{{.R.Machine.Go}}</dd>
+<dt>mode</dt><dd>{{if .R.Quick}}--quick (a smoke run: too short to judge by){{else}}default{{end}}</dd>
+</dl>
+{{range .Suites}}<section id="{{.Group}}-{{.Name}}">
+<h2>{{.Group}} · Benchmark{{.Name}}</h2>
+{{if .Skipped}}<p class="skipped">Skipped: {{.Skipped}}</p>{{else}}
+{{range .Notes}}<p class="note">{{.}}</p>{{end}}
+<p class="note">{{.Metric}}, {{if .Higher}}higher{{else}}lower{{end}} is better.</p>
+{{range .Charts}}<figure class="chart" data-title="{{.Title}}" data-series="{{range $i, $s := .Series}}{{if $i}},{{end}}{{$s}}{{end}}" data-points="{{range $i, $p := .Points}}{{if $i}},{{end}}{{$p}}{{end}}">{{.SVG}}</figure>
+{{end}}
+{{.Table}}
+<h3>Allocations (allocs/op)</h3>
+{{if .NoAllocs}}<p class="note">Every implementation: 0 allocs/op.</p>{{else}}
+{{range .AllocCharts}}<figure class="chart" data-title="{{.Title}}" data-series="{{range $i, $s := .Series}}{{if $i}},{{end}}{{$s}}{{end}}" data-points="{{range $i, $p := .Points}}{{if $i}},{{end}}{{$p}}{{end}}">{{.SVG}}</figure>
+{{end}}{{end}}
+{{end}}</section>
+{{end}}
+<p class="note">Raw results: bench.txt (for benchstat), results.json. Made by <code>zeroio bench</code>.</p>
+</body></html>
+`))
+
+func (r *report) writeHTML(w io.Writer) error {
+	var suites []htmlSuite
+	for _, s := range r.Suites {
+		hs := htmlSuite{suiteResult: s}
+		if s.Skipped == "" && len(s.Rows) > 0 {
+			var err error
+			hs.Charts, err = suiteCharts(s, s.Metric, !s.Higher)
+			if err != nil {
+				return err
+			}
+			hs.Table = pivotHTML(s, s.Metric, true)
+			any := false
+			for _, c := range s.Cases {
+				any = any || c.Medians["allocs/op"] > 0
+			}
+			hs.NoAllocs = !any
+			if any {
+				hs.AllocCharts, err = suiteCharts(s, "allocs/op", false)
+				if err != nil {
+					return err
+				}
+			}
+		}
+		suites = append(suites, hs)
+	}
+	return reportTmpl.Execute(w, map[string]any{
+		"R":        r,
+		"Suites":   suites,
+		"Duration": r.Finished.Sub(r.Started).Round(1e9).String(),
+	})
+}

@@ -1,0 +1,328 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/zeroio/zeroio/bench"
+)
+
+// report is everything zeroio bench measured, and what results.json holds.
+type report struct {
+	Machine  machine        `json:"machine"`
+	Started  time.Time      `json:"started"`
+	Finished time.Time      `json:"finished"`
+	Count    int            `json:"count"`
+	Quick    bool           `json:"quick"`
+	Suites   []*suiteResult `json:"suites"`
+}
+
+type machine struct {
+	CPU        string `json:"cpu"`
+	Cores      int    `json:"cores"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	Kernel     string `json:"kernel"`
+	GOOS       string `json:"goos"`
+	GOARCH     string `json:"goarch"`
+	Go         string `json:"go"`
+}
+
+type suiteResult struct {
+	Group   string        `json:"group"`
+	Name    string        `json:"name"`
+	Metric  string        `json:"metric"`
+	Higher  bool          `json:"higher_is_better"`
+	Skipped string        `json:"skipped,omitempty"`
+	Notes   []string      `json:"notes,omitempty"`
+	Cases   []*caseResult `json:"cases"`
+	// Rows pivot the cases: one per config, with the median of Metric for
+	// each impl and zeroio's ratio to the best peer.
+	Rows  []row    `json:"rows"`
+	Impls []string `json:"impls"`
+}
+
+type row struct {
+	Config  string             `json:"config"`
+	Medians map[string]float64 `json:"medians"`
+	// Ratio is how many times better the best zeroio impl is than the best
+	// peer in Metric (above 1: zeroio wins), 0 when either is missing.
+	Ratio    float64 `json:"ratio"`
+	BestZero string  `json:"best_zeroio,omitempty"`
+	BestPeer string  `json:"best_peer,omitempty"`
+}
+
+type caseResult struct {
+	Suite   string             `json:"suite"`
+	Group   string             `json:"group"`
+	Name    string             `json:"name"`
+	Impl    string             `json:"impl"`
+	Config  string             `json:"config"`
+	Failed  string             `json:"failed,omitempty"`
+	Samples []sample           `json:"samples"`
+	Medians map[string]float64 `json:"medians"`
+	f       func(*testing.B)
+}
+
+type sample struct {
+	N           int                `json:"n"`
+	NsPerOp     float64            `json:"ns_per_op"`
+	MBPerSec    float64            `json:"mb_per_s,omitempty"`
+	BytesPerOp  float64            `json:"bytes_per_op"`
+	AllocsPerOp float64            `json:"allocs_per_op"`
+	Extra       map[string]float64 `json:"extra,omitempty"`
+}
+
+func newReport(o benchOptions) *report {
+	return &report{Machine: readMachine(), Started: time.Now(), Count: o.count, Quick: o.quick}
+}
+
+func readMachine() machine {
+	m := machine{
+		CPU: "unknown", Cores: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
+		Kernel: "unknown", GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, Go: runtime.Version(),
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	return m
+}
+
+// units lists every unit a case reports, primary first.
+func (c *caseResult) values(unit string) []float64 {
+	var vs []float64
+	for _, s := range c.Samples {
+		switch unit {
+		case "ns/op":
+			vs = append(vs, s.NsPerOp)
+		case "MB/s":
+			if s.MBPerSec > 0 {
+				vs = append(vs, s.MBPerSec)
+			}
+		case "B/op":
+			vs = append(vs, s.BytesPerOp)
+		case "allocs/op":
+			vs = append(vs, s.AllocsPerOp)
+		default:
+			if v, ok := s.Extra[unit]; ok {
+				vs = append(vs, v)
+			}
+		}
+	}
+	return vs
+}
+
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), vs...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func isZeroio(impl string) bool { return strings.HasPrefix(impl, "zeroio") }
+
+// summarize computes medians, the pivot rows and the ratios.
+func (r *report) summarize() {
+	for _, s := range r.Suites {
+		s.Higher = bench.HigherIsBetter(s.Metric)
+		var configs []string
+		seenCfg, seenImpl := map[string]bool{}, map[string]bool{}
+		for _, c := range s.Cases {
+			c.Medians = map[string]float64{}
+			units := []string{"ns/op", "MB/s", "B/op", "allocs/op"}
+			if len(c.Samples) > 0 {
+				for k := range c.Samples[0].Extra {
+					units = append(units, k)
+				}
+			}
+			for _, u := range units {
+				if m := median(c.values(u)); !math.IsNaN(m) {
+					c.Medians[u] = m
+				}
+			}
+			if !seenCfg[c.Config] {
+				seenCfg[c.Config] = true
+				configs = append(configs, c.Config)
+			}
+			if !seenImpl[c.Impl] {
+				seenImpl[c.Impl] = true
+				s.Impls = append(s.Impls, c.Impl)
+			}
+		}
+		for _, cfg := range configs {
+			rw := row{Config: cfg, Medians: map[string]float64{}}
+			for _, c := range s.Cases {
+				if c.Config != cfg {
+					continue
+				}
+				if v, ok := c.Medians[s.Metric]; ok {
+					rw.Medians[c.Impl] = v
+				}
+			}
+			better := func(a, b float64) bool {
+				if s.Higher {
+					return a > b
+				}
+				return a < b
+			}
+			var bz, bp float64
+			for impl, v := range rw.Medians {
+				if isZeroio(impl) {
+					if rw.BestZero == "" || better(v, bz) {
+						rw.BestZero, bz = impl, v
+					}
+				} else if rw.BestPeer == "" || better(v, bp) {
+					rw.BestPeer, bp = impl, v
+				}
+			}
+			if rw.BestZero != "" && rw.BestPeer != "" && bz > 0 && bp > 0 {
+				if s.Higher {
+					rw.Ratio = bz / bp
+				} else {
+					rw.Ratio = bp / bz
+				}
+			}
+			s.Rows = append(s.Rows, rw)
+		}
+	}
+}
+
+func (r *report) failures() int {
+	n := 0
+	for _, s := range r.Suites {
+		for _, c := range s.Cases {
+			if c.Failed != "" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// formatValue prints a metric value with 3 significant digits.
+func formatValue(v float64) string {
+	switch {
+	case math.IsNaN(v):
+		return "-"
+	case v == 0:
+		return "0"
+	case math.Abs(v) >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case math.Abs(v) >= 10:
+		return fmt.Sprintf("%.1f", v)
+	case math.Abs(v) >= 1:
+		return fmt.Sprintf("%.2f", v)
+	}
+	return fmt.Sprintf("%.3g", v)
+}
+
+func formatRatio(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", v)
+}
+
+// writeTable prints, per suite, the medians of its metric for every impl
+// and zeroio's ratio to the best peer.
+func (r *report) writeTable(w io.Writer) {
+	fmt.Fprintf(w, "zeroio bench — %s, %d cores, GOMAXPROCS %d, Linux %s, %s — %s\n",
+		r.Machine.CPU, r.Machine.Cores, r.Machine.GOMAXPROCS, r.Machine.Kernel, r.Machine.Go, r.Started.UTC().Format("2006-01-02 15:04 UTC"))
+	fmt.Fprintf(w, "medians of %d interleaved samples; ratio = best zeroio vs best peer (above 1: zeroio is better)\n", r.Count)
+	for _, s := range r.Suites {
+		dir := "lower is better"
+		if s.Higher {
+			dir = "higher is better"
+		}
+		fmt.Fprintf(w, "\n%s · Benchmark%s (%s, %s)\n", s.Group, s.Name, s.Metric, dir)
+		if s.Skipped != "" {
+			fmt.Fprintf(w, "  skipped: %s\n", s.Skipped)
+			continue
+		}
+		for _, n := range s.Notes {
+			fmt.Fprintf(w, "  note: %s\n", n)
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprint(tw, "config\t")
+		for _, im := range s.Impls {
+			fmt.Fprintf(tw, "%s\t", im)
+		}
+		fmt.Fprint(tw, "ratio\tvs\t\n")
+		for _, rw := range s.Rows {
+			fmt.Fprintf(tw, "%s\t", rw.Config)
+			for _, im := range s.Impls {
+				v, ok := rw.Medians[im]
+				if !ok {
+					v = math.NaN()
+				}
+				fmt.Fprintf(tw, "%s\t", formatValue(v))
+			}
+			fmt.Fprintf(tw, "%s\t%s\t\n", formatRatio(rw.Ratio), rw.BestPeer)
+		}
+		tw.Flush()
+		for _, c := range s.Cases {
+			if c.Failed != "" {
+				fmt.Fprintf(w, "  FAILED %s: %s\n", c.Name, c.Failed)
+			}
+		}
+	}
+}
+
+// writeRaw writes every sample as a Go benchmark result line, the format
+// benchstat and golang.org/x/perf/benchfmt read.
+func (r *report) writeRaw(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "goos: %s\ngoarch: %s\npkg: github.com/zeroio/zeroio/bench\ncpu: %s\n", r.Machine.GOOS, r.Machine.GOARCH, r.Machine.CPU)
+	suffix := ""
+	if p := r.Machine.GOMAXPROCS; p > 1 {
+		suffix = fmt.Sprintf("-%d", p)
+	}
+	for _, s := range r.Suites {
+		for _, c := range s.Cases {
+			for _, sm := range c.Samples {
+				fmt.Fprintf(bw, "Benchmark%s/%s%s\t%d\t%.4g ns/op", s.Name, c.Name, suffix, sm.N, sm.NsPerOp)
+				if sm.MBPerSec > 0 {
+					fmt.Fprintf(bw, "\t%.2f MB/s", sm.MBPerSec)
+				}
+				keys := make([]string, 0, len(sm.Extra))
+				for k := range sm.Extra {
+					keys = append(keys, k)
+				}
+				sort.Strings(keys)
+				for _, k := range keys {
+					fmt.Fprintf(bw, "\t%.4g %s", sm.Extra[k], k)
+				}
+				fmt.Fprintf(bw, "\t%.0f B/op\t%.0f allocs/op\n", sm.BytesPerOp, sm.AllocsPerOp)
+			}
+		}
+	}
+	return bw.Flush()
+}
+
+func (r *report) writeJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
