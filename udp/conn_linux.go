@@ -18,6 +18,8 @@ type sysConn struct {
 	wantCtl bool         // PacketInfo or ECN: reads need a control buffer
 	pending *readScratch // GRO read whose datagrams are not all delivered; guarded by readMu
 	groSeg  int          // segment size of the last coalesced read; guarded by readMu
+	// coalesced: the last read saw a coalesced buffer; guarded by readMu
+	coalesced bool
 }
 
 func (c *Conn) setup() error {
@@ -102,6 +104,7 @@ type readScratch struct {
 	spill  [][]byte // GRO buffers, groBufSize each
 	data   [][]byte // per header: the received bytes held in spill
 	cut    []bool   // per header: more was received than data holds
+	pos    []int    // readBig: first Message of each header's datagrams
 	call   *udpsys.MmsgCall
 
 	n int // headers filled by the last recvmmsg
@@ -184,15 +187,21 @@ func (s *readScratch) meta(i int, m *Message) udpsys.Control {
 //
 // With GRO on, the kernel may hand up to 64 datagrams of one flow as one
 // buffer, which ReadBatch splits into one Message per datagram, each with
-// its source address, packet info and TOS. Once it has seen the flow's
-// datagram size, and every Buf is at least that large, the kernel writes
-// each datagram straight into a Buf too; to keep the filled Messages first
-// and in order, ReadBatch may then exchange Buf slices among msgs (each
-// Message still holds one of the buffers passed in, with its length
-// unchanged). Otherwise coalesced datagrams go through internal 64 KiB
-// buffers and are copied once into Buf, which needs only the datagram's
-// size. Datagrams that do not fit in msgs are kept and returned first by
-// the next ReadBatch.
+// its source address, packet info and TOS. It avoids copies where the
+// buffers allow:
+//   - while the flow coalesces and every Buf holds its datagram size, the
+//     kernel writes each datagram straight into a Buf;
+//   - while it does not, and every Buf holds 65,527 bytes (a whole
+//     coalesced buffer, as wireguard-go and the relay use), each Message
+//     gets its own recvmmsg header as without GRO, and a coalesced buffer
+//     that does arrive is split with copies of all but its first datagram;
+//   - otherwise datagrams go through internal 64 KiB buffers and are copied
+//     once into Buf, which needs only the datagram's size.
+//
+// To keep the filled Messages first and in order without copying,
+// ReadBatch may exchange Buf slices among msgs (each Message still holds
+// one of the buffers passed in, its length unchanged). Datagrams that do
+// not fit in msgs are kept and returned first by the next ReadBatch.
 //
 // A datagram larger than its Buf is reported with Truncated set.
 func (c *Conn) ReadBatch(msgs []Message) (int, error) {
@@ -249,8 +258,13 @@ func (c *Conn) readGRO(msgs []Message) (int, error) {
 		c.sys.pending = nil
 		return c.deliverSpill(s, msgs, 0), nil
 	}
-	if g := c.sys.groSeg; g > 0 && buffersHold(msgs, g) {
+	coalesced := c.sys.coalesced
+	c.sys.coalesced = false // until this read sees a coalesced buffer
+	if g := c.sys.groSeg; coalesced && g > 0 && buffersHold(msgs, g) {
 		return c.readScatter(msgs, g)
+	}
+	if !coalesced && buffersHold(msgs, groWholeBuf) {
+		return c.readBig(msgs)
 	}
 	s := readPool.Get().(*readScratch)
 	slots := min(len(msgs), groSlots)
@@ -299,6 +313,7 @@ func (c *Conn) deliverSpill(s *readScratch, msgs []Message, p int) int {
 		if s.off == 0 && ctl.GSOSize > 0 && ctl.GSOSize < len(data) {
 			c.groReads.Add(1)
 			c.sys.groSeg = ctl.GSOSize
+			c.sys.coalesced = true
 		}
 		meta.Flags &^= unix.MSG_TRUNC
 		f, used := splitGRO(msgs[p:], data[s.off:], ctl.GSOSize, &meta)
@@ -396,6 +411,7 @@ func (c *Conn) readScatter(msgs []Message, g int) (int, error) {
 		}
 		if count > 1 {
 			c.groReads.Add(1)
+			c.sys.coalesced = true
 		}
 		ctlb := s.ctlOf(k)
 		for j := range inBufs {
@@ -419,6 +435,119 @@ func (c *Conn) readScatter(msgs []Message, g int) (int, error) {
 	}
 	readPool.Put(s)
 	return p, nil
+}
+
+// groWholeBuf is the largest UDP payload of an IPv6 packet, 65535 - 8: a Buf
+// this large holds any buffer GRO can coalesce.
+const groWholeBuf = 1<<16 - 1 - 8
+
+// readBig is the GRO read for callers whose every Buf can hold a whole
+// coalesced buffer (wireguard-go and the relay use 64 KiB buffers), while
+// the traffic is not coalescing: one recvmmsg header per Message, as
+// without GRO, so single datagrams from many peers arrive zero-copy, many
+// per call. A coalesced buffer is expanded in place: its first datagram
+// stays in its Buf (exchanged forward), the others are copied into the
+// Bufs of the Messages after it. Datagrams past the end of msgs are copied
+// into spill buffers and returned by the next ReadBatch.
+func (c *Conn) readBig(msgs []Message) (int, error) {
+	m := len(msgs)
+	s := readPool.Get().(*readScratch)
+	s.prepare(m, udpsys.RecvSpace)
+	for i := range msgs {
+		setIov(&s.iovs[i], msgs[i].Buf)
+	}
+	if err := s.recvmmsg(c); err != nil {
+		readPool.Put(s)
+		return 0, err
+	}
+	// Where each slot's datagrams go: pos[k] = datagrams before slot k.
+	s.pos = udpsys.Grow(s.pos, s.n+1)
+	s.pos[0] = 0
+	last, lastFit := -1, 0 // the last slot that (partly) fits, and how many of its datagrams do
+	for k := range s.n {
+		seg, count := s.segments(k)
+		if seg < int(s.hs[k].Len) {
+			c.groReads.Add(1)
+			c.sys.coalesced = true
+			c.sys.groSeg = seg
+		}
+		if s.pos[k] < m {
+			last, lastFit = k, min(count, m-s.pos[k])
+		}
+		s.pos[k+1] = s.pos[k] + count
+	}
+	// Copy what does not fit into spill buffers first: it is still in
+	// msgs[k].Buf for k > last, and in the tail of msgs[last].Buf.
+	if _, count := s.segments(last); lastFit < count || last < s.n-1 {
+		s.growSpill(s.n)
+		for k := last; k < s.n; k++ {
+			seg, _ := s.segments(k)
+			from := 0
+			if k == last {
+				from = lastFit * seg
+			}
+			total := min(int(s.hs[k].Len), len(msgs[k].Buf))
+			s.data[k] = s.spill[k][:copy(s.spill[k], msgs[k].Buf[from:total])]
+			s.cut[k] = int(s.hs[k].Len) > len(msgs[k].Buf)
+		}
+		s.next, s.off = last, 0
+		if lastFit == count {
+			s.next++
+		}
+	} else {
+		s.next = s.n
+	}
+	// Expand backwards: slot k's target Messages [pos[k], pos[k+1]) are at
+	// or after k and hold no data still needed, since later slots moved
+	// out already.
+	for k := last; k >= 0; k-- {
+		seg, count := s.segments(k)
+		if k == last {
+			count = lastFit
+		}
+		p := s.pos[k]
+		if p != k {
+			msgs[p].Buf, msgs[k].Buf = msgs[k].Buf, msgs[p].Buf
+		}
+		total := int(s.hs[k].Len)
+		var meta Message
+		s.meta(k, &meta)
+		meta.Flags &^= unix.MSG_TRUNC
+		src := msgs[p].Buf
+		ctlb := s.ctlOf(k)
+		for j := count - 1; j >= 0; j-- { // the first last: it holds the source
+			mp := &msgs[p+j]
+			size := min(seg, total-j*seg)
+			if j > 0 {
+				mp.N = copy(mp.Buf, src[j*seg:min(j*seg+size, len(src))])
+			} else {
+				mp.N = min(size, len(mp.Buf))
+			}
+			mp.Truncated = mp.N < size
+			mp.Addr, mp.Local, mp.IfIndex, mp.TOS, mp.Flags = meta.Addr, meta.Local, meta.IfIndex, meta.TOS, meta.Flags
+			mp.NOOB = copy(mp.OOB, ctlb)
+		}
+		if s.hs[k].Hdr.Flags&unix.MSG_TRUNC != 0 && count > 0 {
+			msgs[p+count-1].Truncated = true // never pass a cut buffer off as whole
+		}
+	}
+	n := s.pos[last] + lastFit
+	if s.next < s.n {
+		c.sys.pending = s
+	} else {
+		readPool.Put(s)
+	}
+	return n, nil
+}
+
+// segments returns the datagram size and count of header k's buffer.
+func (s *readScratch) segments(k int) (seg, count int) {
+	total := int(s.hs[k].Len)
+	seg = udpsys.ParseControl(s.ctlOf(k)).GSOSize
+	if seg <= 0 || seg >= total {
+		return total, 1
+	}
+	return seg, (total + seg - 1) / seg
 }
 
 // gather moves slot k's datagrams, which the kernel spread over the

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/zeroio/zeroio/internal/percpu"
 )
 
 func TestOffloadIsUsedAndSplitKeepsMetadata(t *testing.T) {
@@ -144,15 +146,31 @@ func TestConnRefusedDoesNotPoisonReads(t *testing.T) {
 // the caller's own buffers.
 func TestGROScatterKeepsOrderAcrossSegmentSizes(t *testing.T) {
 	type phase struct{ count, size int }
-	phases := []phase{{100, 1000}, {100, 500}, {1, 1200}, {1, 200}, {30, 1400}, {64, 1000}, {1, 1000}, {200, 300}, {47, 1400}}
-	for _, batch := range []int{1, 7, 63, 64, 65, 200, 512} {
-		t.Run(fmt.Sprint("batch=", batch), func(t *testing.T) {
+	phases := []phase{{100, 1000}, {100, 500}, {1, 1200}, {1, 200}, {30, 1400}, {64, 1000}, {1, 1000}, {200, 300}, {47, 1400},
+		{-150, 700}, {3, 1400}, {-5, 100}, {90, 64}} // negative: that many single datagrams, each its own send
+	for _, tc := range []struct{ batch, bufSize int }{
+		{1, 1500}, {7, 1500}, {63, 1500}, {64, 1500}, {65, 1500}, {200, 1500}, {512, 1500},
+		{1, 65535}, {5, 65535}, {64, 65535}, {130, 65535},
+	} {
+		batch, bufSize := tc.batch, tc.bufSize
+		t.Run(fmt.Sprintf("batch=%d/buf=%d", batch, bufSize), func(t *testing.T) {
 			a, b := pair(t, "udp4", "127.0.0.1", &Options{ReadBuffer: bigBuf, WriteBuffer: bigBuf})
 			if !b.Stats().GRO {
 				t.Skip("no UDP_GRO")
 			}
 			var want [][]byte
 			for _, ph := range phases {
+				if ph.count < 0 {
+					for range -ph.count {
+						p := make([]byte, ph.size)
+						p[0], p[1] = byte(len(want)>>8), byte(len(want))
+						want = append(want, p)
+						if _, err := a.WriteBatch([]Message{{Buf: p, Addr: addrOf(b)}}); err != nil {
+							t.Fatal(err)
+						}
+					}
+					continue
+				}
 				out := make([]Message, ph.count)
 				for i := range out {
 					p := make([]byte, ph.size)
@@ -167,7 +185,7 @@ func TestGROScatterKeepsOrderAcrossSegmentSizes(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			msgs := makeMsgs(batch, 1500)
+			msgs := makeMsgs(batch, bufSize)
 			owned := map[*byte]bool{}
 			for i := range msgs {
 				owned[&msgs[i].Buf[0]] = true
@@ -191,7 +209,7 @@ func TestGROScatterKeepsOrderAcrossSegmentSizes(t *testing.T) {
 				}
 				seen := map[*byte]bool{}
 				for i := range msgs {
-					if len(msgs[i].Buf) != 1500 || !owned[&msgs[i].Buf[0]] || seen[&msgs[i].Buf[0]] {
+					if len(msgs[i].Buf) != bufSize || !owned[&msgs[i].Buf[0]] || seen[&msgs[i].Buf[0]] {
 						t.Fatal("ReadBatch changed the set of buffers")
 					}
 					seen[&msgs[i].Buf[0]] = true
@@ -200,6 +218,45 @@ func TestGROScatterKeepsOrderAcrossSegmentSizes(t *testing.T) {
 			}
 			if st := b.Stats(); st.GROReads == 0 {
 				t.Fatalf("no coalesced reads: %+v", st)
+			}
+		})
+	}
+}
+
+// TestAllocsPerRunGROPaths covers the GRO read paths the plain AllocsPerRun
+// test does not reach: single datagrams into 64 KiB buffers (readBig) and
+// coalesced ones into them.
+func TestAllocsPerRunGROPaths(t *testing.T) {
+	if percpu.RaceEnabled {
+		t.Skip("sync.Pool drops items on purpose under -race")
+	}
+	for _, gso := range []bool{false, true} {
+		t.Run(fmt.Sprint("gso=", gso), func(t *testing.T) {
+			a, b := pair(t, "udp4", "127.0.0.1", &Options{DisableGSO: !gso, ReadBuffer: bigBuf, WriteBuffer: bigBuf})
+			if !b.Stats().GRO {
+				t.Skip("no UDP_GRO")
+			}
+			const n = 64
+			out := makeMsgs(n, 1200)
+			for i := range out {
+				out[i].Addr = addrOf(b)
+			}
+			in := makeMsgs(n, 65535)
+			run := func() {
+				if _, err := a.WriteAll(out); err != nil {
+					t.Fatal(err)
+				}
+				for got := 0; got < n; {
+					k, err := b.ReadBatch(in)
+					if err != nil {
+						t.Fatal(err)
+					}
+					got += k
+				}
+			}
+			run()
+			if allocs := testing.AllocsPerRun(50, run); allocs != 0 {
+				t.Fatalf("%v allocations per round of %d", allocs, n)
 			}
 		})
 	}

@@ -25,12 +25,13 @@
 // flow as one buffer. ReadBatch splits it into one Message per datagram,
 // each with its own source address, packet info and TOS. Once ReadBatch
 // knows the flow's datagram size, the kernel writes each datagram straight
-// into a Message.Buf (ReadBatch may exchange Buf slices among the Messages
-// to keep them in order; it never substitutes a buffer of its own).
-// Before that, or when sizes change, coalesced datagrams land in internal
-// 64 KiB buffers and are copied once. Either way a Buf needs only be as
-// large as the datagrams it receives: GRO needs no larger buffers from the
-// caller. Without GRO the kernel writes straight into Message.Buf.
+// into a Message.Buf; with 64 KiB Bufs, uncoalesced datagrams from many
+// peers arrive zero-copy and many per call, as without GRO. ReadBatch may
+// exchange Buf slices among the Messages to keep them in order; it never
+// substitutes a buffer of its own. Otherwise coalesced datagrams land in
+// internal 64 KiB buffers and are copied once. Either way a Buf needs only
+// be as large as the datagrams it receives: GRO asks no larger buffers of
+// the caller, though 64 KiB ones avoid the copies.
 //
 // Both are probed on the socket and on by default; turn them off with
 // [Options] (DisableGSO, DisableGRO) or the environment (ZEROIO_UDP_GSO=0,
