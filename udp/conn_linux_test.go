@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -259,5 +260,58 @@ func TestAllocsPerRunGROPaths(t *testing.T) {
 				t.Fatalf("%v allocations per round of %d", allocs, n)
 			}
 		})
+	}
+}
+
+// TestEIOFallbackThroughTheKernel injects EIO for the first GSO send of a
+// real WriteBatch (as a device without checksum offload would answer,
+// wireguard-go conn/errors_linux.go) and checks, at the receiving socket,
+// that every datagram arrived once and in order, unsegmented from then on.
+func TestEIOFallbackThroughTheKernel(t *testing.T) {
+	a, b := pair(t, "udp4", "127.0.0.1", &Options{DisableGRO: true, ReadBuffer: bigBuf})
+	if !a.Stats().GSO {
+		t.Skip("no UDP GSO")
+	}
+	out := makeMsgs(40, 300)
+	out[0].Buf = out[0].Buf[:17] // a plain send before the first GSO run
+	for i := range out {
+		out[i].Buf[0] = byte(i)
+		out[i].Addr = addrOf(b)
+	}
+	out[1].Buf = out[1].Buf[:250] // ends the first run: 0 alone, 1 alone, then 2..39
+	s := writePool.Get().(*writeScratch)
+	s.c = a
+	injected := false
+	hook := func(msgs []Message, gs []group) (int, error) {
+		for i, g := range gs {
+			if g.seg > 0 && !injected {
+				injected = true
+				if i > 0 {
+					if n, err := s.send(msgs, gs[:i]); n < i || err != nil {
+						return n, err
+					}
+				}
+				return i, syscall.EIO
+			}
+		}
+		return s.send(msgs, gs)
+	}
+	n, fellBack, err := writeGroups(out, &a.gso, &s.groups, hook)
+	if err != nil || !fellBack || n != len(out) || !injected {
+		t.Fatalf("n=%d fellBack=%v injected=%v err=%v", n, fellBack, injected, err)
+	}
+	if a.Stats().GSO {
+		t.Fatal("GSO still on after EIO")
+	}
+	in := makeMsgs(len(out), 1500)
+	readN(t, b, in, len(out), len(out))
+	for i := range out {
+		if !bytes.Equal(in[i].Payload(), out[i].Buf) {
+			t.Fatalf("datagram %d: got %d bytes [%d], want %d [%d]", i, in[i].N, in[i].Buf[0], len(out[i].Buf), i)
+		}
+	}
+	b.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	if k, err := b.ReadBatch(in); k != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a duplicate arrived: %d, %v", k, err)
 	}
 }
