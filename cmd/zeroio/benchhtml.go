@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"html/template"
+	"image/color"
 	"io"
 	"math"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
@@ -24,6 +26,28 @@ type chart struct {
 	Series []string
 	Points []int
 	SVG    template.HTML
+	Legend []legendItem
+}
+
+type legendItem struct {
+	Name, Color string
+	Zeroio      bool
+}
+
+// palette gives every impl of a suite its own colour, the same in every
+// chart (Tableau 10).
+var palette = []color.RGBA{
+	{0x4e, 0x79, 0xa7, 0xff}, {0xf2, 0x8e, 0x2b, 0xff}, {0xe1, 0x57, 0x59, 0xff},
+	{0x76, 0xb7, 0xb2, 0xff}, {0x59, 0xa1, 0x4f, 0xff}, {0xed, 0xc9, 0x48, 0xff},
+	{0xb0, 0x7a, 0xa1, 0xff}, {0xff, 0x9d, 0xa7, 0xff}, {0x9c, 0x75, 0x5f, 0xff},
+	{0xba, 0xb0, 0xac, 0xff},
+}
+
+func implColor(i int) color.RGBA { return palette[i%len(palette)] }
+
+func (c *chart) addLegend(impl string, i int) {
+	col := implColor(i)
+	c.Legend = append(c.Legend, legendItem{impl, fmt.Sprintf("#%02x%02x%02x", col.R, col.G, col.B), isZeroio(impl)})
 }
 
 type htmlSuite struct {
@@ -126,7 +150,6 @@ func suiteCharts(s *suiteResult, unit string, logY bool) ([]chart, error) {
 		p.Title.Text = title
 		p.X.Label.Text = xk
 		p.Y.Label.Text = unit
-		p.Legend.Top = true
 		var xs []float64
 		c := chart{Title: title}
 		allPositive := true
@@ -154,15 +177,15 @@ func suiteCharts(s *suiteResult, unit string, logY bool) ([]chart, error) {
 			if err != nil {
 				return nil, err
 			}
-			l.Color = plotutil.Color(i)
+			l.Color = implColor(i)
 			l.Width = vg.Points(1.5)
 			if isZeroio(impl) {
-				l.Width = vg.Points(3)
+				l.Width = vg.Points(3.5)
 			}
-			sc.Color = plotutil.Color(i)
+			sc.Color = implColor(i)
 			sc.Shape = plotutil.Shape(i)
 			p.Add(l, sc)
-			p.Legend.Add(impl, l, sc)
+			c.addLegend(impl, i)
 			c.Series = append(c.Series, impl)
 			c.Points = append(c.Points, len(pts))
 		}
@@ -193,7 +216,6 @@ func barChart(s *suiteResult, unit string) (*chart, error) {
 	title := fmt.Sprintf("Benchmark%s", s.Name)
 	p.Title.Text = title
 	p.Y.Label.Text = unit
-	p.Legend.Top = true
 	var names []string
 	for _, rw := range s.Rows {
 		names = append(names, rw.Config)
@@ -217,11 +239,11 @@ func barChart(s *suiteResult, unit string) (*chart, error) {
 		if err != nil {
 			return nil, err
 		}
-		b.Color = plotutil.Color(i)
+		b.Color = implColor(i)
 		b.LineStyle.Width = 0
 		b.Offset = w * vg.Length(float64(i)-float64(n-1)/2)
 		p.Add(b)
-		p.Legend.Add(impl, b)
+		c.addLegend(impl, i)
 		c.Series = append(c.Series, impl)
 		c.Points = append(c.Points, count)
 	}
@@ -237,6 +259,10 @@ func barChart(s *suiteResult, unit string) (*chart, error) {
 	}
 	c.SVG = svg
 	return c, nil
+}
+
+func init() {
+	plot.DefaultFont = font.Font{Typeface: "Liberation", Variant: "Sans"}
 }
 
 func renderSVG(p *plot.Plot, w, h float64) (template.HTML, error) {
@@ -292,7 +318,7 @@ func pivotHTML(s *suiteResult, unit string, withRatio bool) template.HTML {
 	return template.HTML(b.String())
 }
 
-var reportTmpl = template.Must(template.New("report").Parse(`<!DOCTYPE html>
+var reportTmpl = template.Must(template.Must(template.New("report").Parse(figTmpl)).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>zeroio bench — {{.R.Started.UTC.Format "2006-01-02"}}</title>
 <style>
@@ -305,6 +331,8 @@ td.z{font-weight:bold}td.win{color:#0a6d2c;font-weight:bold}td.loss{color:#b0002
 figure{display:inline-block;margin:.5em 1em .5em 0}figure svg{max-width:100%;height:auto}
 .note{color:#555}.skipped{color:#b00020}section{margin-bottom:2.5em}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px}dt{color:#666}
+figcaption{font-size:13px;max-width:672px}figcaption span{display:inline-block;margin-right:12px;white-space:nowrap}
+figcaption i{display:inline-block;width:14px;height:4px;vertical-align:middle;margin-right:4px}figcaption b i{height:7px}
 </style></head><body>
 <h1>zeroio against its peers</h1>
 <p class="sub">Medians of {{.R.Count}} samples per benchmark, taken interleaved (every implementation once per round) so drift on a shared machine hits all alike. Ratios: best zeroio implementation against the best peer, above 1 means zeroio is better.</p>
@@ -321,18 +349,20 @@ dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px}dt{color:#66
 {{if .Skipped}}<p class="skipped">Skipped: {{.Skipped}}</p>{{else}}
 {{range .Notes}}<p class="note">{{.}}</p>{{end}}
 <p class="note">{{.Metric}}, {{if .Higher}}higher{{else}}lower{{end}} is better.</p>
-{{range .Charts}}<figure class="chart" data-title="{{.Title}}" data-series="{{range $i, $s := .Series}}{{if $i}},{{end}}{{$s}}{{end}}" data-points="{{range $i, $p := .Points}}{{if $i}},{{end}}{{$p}}{{end}}">{{.SVG}}</figure>
-{{end}}
+{{range .Charts}}{{template "fig" .}}{{end}}
 {{.Table}}
 <h3>Allocations (allocs/op)</h3>
 {{if .NoAllocs}}<p class="note">Every implementation: 0 allocs/op.</p>{{else}}
-{{range .AllocCharts}}<figure class="chart" data-title="{{.Title}}" data-series="{{range $i, $s := .Series}}{{if $i}},{{end}}{{$s}}{{end}}" data-points="{{range $i, $p := .Points}}{{if $i}},{{end}}{{$p}}{{end}}">{{.SVG}}</figure>
-{{end}}{{end}}
+{{range .AllocCharts}}{{template "fig" .}}{{end}}{{end}}
 {{end}}</section>
 {{end}}
 <p class="note">Raw results: bench.txt (for benchstat), results.json. Made by <code>zeroio bench</code>.</p>
 </body></html>
 `))
+
+const figTmpl = `{{define "fig"}}<figure class="chart" data-title="{{.Title}}" data-series="{{range $i, $s := .Series}}{{if $i}},{{end}}{{$s}}{{end}}" data-points="{{range $i, $p := .Points}}{{if $i}},{{end}}{{$p}}{{end}}">{{.SVG}}
+<figcaption>{{range .Legend}}<span>{{if .Zeroio}}<b><i style="background:{{.Color}}"></i>{{.Name}}</b>{{else}}<i style="background:{{.Color}}"></i>{{.Name}}{{end}}</span>{{end}}</figcaption></figure>
+{{end}}`
 
 func (r *report) writeHTML(w io.Writer) error {
 	var suites []htmlSuite
