@@ -185,17 +185,25 @@ func (a *Arena) Make(n int) Buf {
 		return a.makeHeap(n)
 	}
 	sz := (n + granule - 1) &^ (granule - 1)
-	l := a.locals.pin()
-	if s := l.cur; s != nil && s.fits(sz) {
-		b := s.carve(n, sz)
-		percpu.Inc(&l.hits)
-		a.locals.unpin(l)
-		return b
+	id := percpu.Pin()
+	if id < len(a.locals.all) {
+		l := &a.locals.all[id]
+		percpu.Acquire(unsafe.Pointer(l))
+		if s := l.cur; s != nil && s.fits(sz) {
+			b := s.carve(n, sz)
+			percpu.Inc(&l.hits)
+			percpu.Release(unsafe.Pointer(l))
+			percpu.Unpin()
+			return b
+		}
+		old := l.cur
+		l.cur = nil
+		percpu.Release(unsafe.Pointer(l))
+		percpu.Unpin()
+		return a.makeSlow(old, n, sz)
 	}
-	old := l.cur
-	l.cur = nil
-	a.locals.unpin(l)
-	return a.makeSlow(old, n, sz)
+	percpu.Unpin()
+	return a.makeSlow(nil, n, sz)
 }
 
 func (a *Arena) makeHeap(n int) Buf {
@@ -306,9 +314,17 @@ func (b *Buf) Done() error {
 		}
 	}
 	s.freed.Add(1)
-	l := a.locals.pin()
-	percpu.Inc(&l.puts)
-	a.locals.unpin(l)
+	id := percpu.Pin()
+	if id < len(a.locals.all) {
+		l := &a.locals.all[id]
+		percpu.Acquire(unsafe.Pointer(l))
+		percpu.Inc(&l.puts)
+		percpu.Release(unsafe.Pointer(l))
+		percpu.Unpin()
+		return nil
+	}
+	percpu.Unpin()
+	count(&a.locals, func(l *arenaLocal) *uint64 { return &l.puts })
 	return nil
 }
 
