@@ -14,7 +14,14 @@ var errInvalidWrite = errors.New("splice: invalid write result")
 // getBuf borrows the buffered path's buffer from [pool].
 func getBuf() []byte {
 	add(cBuffersBorrowed, 1)
+	add(cBuffersInUse, 1)
 	return pool.Get(bufSize)
+}
+
+// putBuf gives a buffer from getBuf back.
+func putBuf(b []byte) {
+	add(cBuffersInUse, ^uint64(0))
+	pool.Put(b)
 }
 
 // writeChunk writes b to dst as io.Copy does and reports to progress. It
@@ -42,7 +49,7 @@ func writeChunk(dst io.Writer, b []byte, progress func(int64)) (int, error) {
 // wait for data without a buffer.
 func copyBuffer(dst io.Writer, src io.Reader, remain int64, progress func(int64), t *tally) (written int64, err error) {
 	buf := getBuf()
-	defer pool.Put(buf)
+	defer putBuf(buf)
 	for remain > 0 {
 		b := buf
 		if int64(len(b)) > remain {

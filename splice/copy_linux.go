@@ -7,7 +7,6 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/zeroio/zeroio/pool"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,6 +28,9 @@ const (
 	// spliceFlags: SPLICE_F_NONBLOCK makes the pipe side non-blocking
 	// (the socket side is non-blocking already); SPLICE_F_MOVE is a hint.
 	spliceFlags = unix.SPLICE_F_NONBLOCK | unix.SPLICE_F_MOVE
+	// smallCopy is the largest Limit copied through a buffer rather than
+	// spliced.
+	smallCopy = 16 << 10
 )
 
 // job is the state of one copy that has a descriptor on its src side. Jobs
@@ -104,7 +106,7 @@ func (c *Copier) copy(dst io.Writer, src io.Reader, remain int64) (written int64
 	}
 	err = j.run(hasFD(d, d != any(dst)))
 	if j.buf != nil {
-		pool.Put(j.buf)
+		putBuf(j.buf)
 	}
 	written = j.written
 	j.t.flush()
@@ -146,11 +148,17 @@ func (j *job) run(dstFD bool) error {
 			}
 			j.t.fellBack = true
 		}
-		j.t.last = pathSplice
-		if handled, err := j.splice(); handled || err != nil {
-			return err
+		// Short copies go through a buffer: splicing a few KiB through a
+		// pipe costs two syscalls with pipe bookkeeping, read(2) and
+		// write(2) cost two syscalls and a cheap memcpy (BenchmarkSplice
+		// in bench/ measures the crossover).
+		if j.remain > smallCopy {
+			j.t.last = pathSplice
+			if handled, err := j.splice(); handled || err != nil {
+				return err
+			}
+			j.t.fellBack = true
 		}
-		j.t.fellBack = true
 	}
 	j.t.last = pathBuffer
 	return j.readBuffered()
@@ -305,8 +313,9 @@ func (j *job) drain(fd uintptr) bool {
 }
 
 // pump is the RawConn.Write callback that moves the pipe's bytes to dst.
-// It returns after any progress so the copy can report it outside the
-// descriptor lock, and waits for writability only when nothing moved.
+// With a Progress callback it returns after any progress so the copy can
+// report it outside the descriptor lock, and waits for writability only
+// when nothing moved.
 func (j *job) pump(fd uintptr) bool {
 	for j.p.data > 0 {
 		n, err := unix.Splice(j.p.r, nil, int(fd), nil, j.p.data, spliceFlags)
@@ -318,7 +327,9 @@ func (j *job) pump(fd uintptr) bool {
 		case err == unix.EINTR:
 			continue
 		case err == unix.EAGAIN:
-			return j.moved > 0
+			// Leave to report progress if anyone listens; otherwise
+			// wait right here, saving a syscall and a lock round.
+			return j.moved > 0 && j.progress != nil
 		case err == nil:
 			// 0 bytes from a pipe we know holds data: cannot happen,
 			// but must not spin.
@@ -389,7 +400,7 @@ func (j *job) read(fd uintptr) bool {
 		case unix.EINTR:
 			continue
 		case unix.EAGAIN:
-			pool.Put(j.buf)
+			putBuf(j.buf)
 			j.buf = nil
 			return false
 		case nil:

@@ -3,6 +3,7 @@ package splice
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -368,8 +369,15 @@ func TestNotSpliceable(t *testing.T) {
 }
 
 // TestIdleHoldsNothing: copies waiting for src hold no pipe and no buffer,
-// then all complete once bytes arrive.
+// on the splice path and on the buffered path, then all complete once
+// bytes arrive.
 func TestIdleHoldsNothing(t *testing.T) {
+	for _, size := range []int{2, 1 << 20} {
+		t.Run("size="+itoa(size), func(t *testing.T) { testIdle(t, size) })
+	}
+}
+
+func testIdle(t *testing.T, size int) {
 	const conns = 200
 	type pair struct {
 		src, feed *net.TCPConn
@@ -385,11 +393,11 @@ func TestIdleHoldsNothing(t *testing.T) {
 	errs := make(chan error, conns)
 	for i := range ps {
 		wg.Go(func() {
-			// Each copy first moves one byte, so it has used a pipe,
-			// then waits idle.
-			n, err := CopyN(ps[i].dst, ps[i].src, 2)
-			if err != nil || n != 2 {
-				errs <- err
+			// Each copy first moves one byte, so it has used a pipe or
+			// a buffer, then waits idle.
+			n, err := CopyN(ps[i].dst, ps[i].src, int64(size))
+			if err != nil || n != int64(size) {
+				errs <- fmt.Errorf("CopyN = %d, %v", n, err)
 			}
 		})
 	}
@@ -402,11 +410,18 @@ func TestIdleHoldsNothing(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond)
 	idle := ReadStats()
-	if idle.PipesInUse != base.PipesInUse {
-		t.Errorf("%d copies idle hold %d pipes", conns, idle.PipesInUse-base.PipesInUse)
+	if idle.PipesInUse != base.PipesInUse || idle.BuffersInUse != base.BuffersInUse {
+		t.Errorf("%d idle copies hold %d pipes and %d buffers", conns,
+			idle.PipesInUse-base.PipesInUse, idle.BuffersInUse-base.BuffersInUse)
 	}
+	if idle.PipesReused+idle.PipesCreated == base.PipesReused+base.PipesCreated &&
+		idle.BuffersBorrowed == base.BuffersBorrowed {
+		t.Error("the copies used neither pipe nor buffer")
+	}
+	rest := make([]byte, size-1)
 	for i := range ps {
-		ps[i].feed.Write([]byte{2})
+		go ps[i].feed.Write(rest)
+		go io.Copy(io.Discard, ps[i].far)
 	}
 	wg.Wait()
 	close(errs)

@@ -30,7 +30,9 @@
 //
 //   - regular file to regular file: copy_file_range(2), then sendfile(2);
 //   - regular file to anything else with a descriptor: sendfile(2);
-//   - any other pair with descriptors: splice(2) through a pipe;
+//   - any other pair with descriptors: splice(2) through a pipe, unless
+//     the copy is limited to 16 KiB or less, where read(2) and write(2)
+//     through a pooled buffer cost less than the pipe round trip;
 //   - a descriptor on the src side only: read(2) into a pooled buffer,
 //     then dst.Write;
 //   - no descriptor on the src side: src.Read and dst.Write through a

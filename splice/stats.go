@@ -8,7 +8,8 @@ import (
 )
 
 // Stats counts what copies did, process-wide, since start. Read it with
-// [ReadStats]; the counters only grow, except the gauge PipesInUse.
+// [ReadStats]; the counters only grow, except the gauges PipesInUse and
+// BuffersInUse.
 //
 // Each call to Copy, CopyN or Copier.Copy counts once, under the path that
 // moved its last bytes (the first path tried if it moved none); bytes count
@@ -43,6 +44,7 @@ type Stats struct {
 	SmallPipes      uint64
 	PipeErrors      uint64 // pipe2(2) failures (then the copy used a buffer)
 	BuffersBorrowed uint64 // pooled buffers taken by the buffered path
+	BuffersInUse    uint64 // pooled buffers held by copies right now (a gauge)
 }
 
 type counter int
@@ -66,6 +68,7 @@ const (
 	cSmallPipes
 	cPipeErrors
 	cBuffersBorrowed
+	cBuffersInUse
 	nCounters
 )
 
@@ -127,6 +130,7 @@ func ReadStats() Stats {
 		SmallPipes:          t[cSmallPipes],
 		PipeErrors:          t[cPipeErrors],
 		BuffersBorrowed:     t[cBuffersBorrowed],
+		BuffersInUse:        t[cBuffersInUse],
 	}
 }
 
