@@ -81,3 +81,56 @@ func ExampleOptions_packetInfo() {
 		log.Fatal(err)
 	}
 }
+
+// An echo server: a Message as ReadBatch fills it is already the reply,
+// Addr the client and (with PacketInfo) Local the address it reached.
+func ExampleConn_ReadBatch() {
+	srv, err := udp.Listen("udp4", "127.0.0.1:0", &udp.Options{PacketInfo: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Close()
+	cli, err := udp.Listen("udp4", "127.0.0.1:0", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer cli.Close()
+	for _, s := range []string{"a", "bb", "ccc"} {
+		if _, err := cli.WriteBatch([]udp.Message{{Buf: []byte(s), Addr: srv.AddrPort()}}); err != nil {
+			log.Fatal(err)
+		}
+	}
+
+	msgs := make([]udp.Message, 64)
+	for i := range msgs {
+		msgs[i].Buf = make([]byte, 1500)
+	}
+	for echoed := 0; echoed < 3; {
+		n, err := srv.ReadBatch(msgs) // many datagrams, one syscall, 0 allocs
+		if err != nil {
+			log.Fatal(err)
+		}
+		for i := range msgs[:n] {
+			msgs[i].Buf = msgs[i].Buf[:msgs[i].N]
+		}
+		if _, err := srv.WriteAll(msgs[:n]); err != nil {
+			log.Fatal(err)
+		}
+		for i := range msgs {
+			msgs[i].Buf = msgs[i].Buf[:cap(msgs[i].Buf)]
+		}
+		echoed += n
+	}
+
+	in := []udp.Message{{Buf: make([]byte, 16)}}
+	for range 3 {
+		if _, err := cli.ReadBatch(in); err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println(string(in[0].Payload()), in[0].Addr == srv.AddrPort())
+	}
+	// Output:
+	// a true
+	// bb true
+	// ccc true
+}
