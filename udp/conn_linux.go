@@ -117,6 +117,21 @@ var readPool = sync.Pool{New: func() any {
 	return &readScratch{call: udpsys.NewMmsgCall(unix.SYS_RECVMMSG)}
 }}
 
+// maxPooledSpill bounds the spill buffers a pooled readScratch keeps
+// (4 MiB): enough for batches of 4096 Messages, while a read that had to
+// hold many coalesced buffers back does not pin their memory in the pool.
+const maxPooledSpill = 64
+
+// putRead returns s to readPool.
+func putRead(s *readScratch) {
+	if len(s.spill) > maxPooledSpill {
+		clear(s.spill[maxPooledSpill:])
+		s.spill = s.spill[:maxPooledSpill]
+	}
+	clear(s.data)
+	readPool.Put(s)
+}
+
 // recvmmsg reads into the prepared headers through the netpoller.
 func (s *readScratch) recvmmsg(c *Conn) error {
 	s.call.Hs = s.hs
@@ -230,7 +245,7 @@ func (c *Conn) ctlStride(msgs []Message) int {
 
 func (c *Conn) readPlain(msgs []Message) (int, error) {
 	s := readPool.Get().(*readScratch)
-	defer readPool.Put(s)
+	defer putRead(s)
 	s.prepare(len(msgs), c.ctlStride(msgs))
 	for i := range msgs {
 		setIov(&s.iovs[i], msgs[i].Buf)
@@ -274,7 +289,7 @@ func (c *Conn) readGRO(msgs []Message) (int, error) {
 		setIov(&s.iovs[i], s.spill[i])
 	}
 	if err := s.recvmmsg(c); err != nil {
-		readPool.Put(s)
+		putRead(s)
 		return 0, err
 	}
 	for k := range s.n {
@@ -335,7 +350,7 @@ func (c *Conn) deliverSpill(s *readScratch, msgs []Message, p int) int {
 	if s.next < s.n {
 		c.sys.pending = s
 	} else {
-		readPool.Put(s)
+		putRead(s)
 	}
 	return p
 }
@@ -374,7 +389,7 @@ func (c *Conn) readScatter(msgs []Message, g int) (int, error) {
 		s.hs[k].Hdr.SetIovlen(b - a + 1)
 	}
 	if err := s.recvmmsg(c); err != nil {
-		readPool.Put(s)
+		putRead(s)
 		return 0, err
 	}
 	p := 0
@@ -433,7 +448,7 @@ func (c *Conn) readScatter(msgs []Message, g int) (int, error) {
 			return c.deliverSpill(s, msgs, p), nil
 		}
 	}
-	readPool.Put(s)
+	putRead(s)
 	return p, nil
 }
 
@@ -457,7 +472,7 @@ func (c *Conn) readBig(msgs []Message) (int, error) {
 		setIov(&s.iovs[i], msgs[i].Buf)
 	}
 	if err := s.recvmmsg(c); err != nil {
-		readPool.Put(s)
+		putRead(s)
 		return 0, err
 	}
 	// Where each slot's datagrams go: pos[k] = datagrams before slot k.
@@ -480,19 +495,19 @@ func (c *Conn) readBig(msgs []Message) (int, error) {
 	// msgs[k].Buf for k > last, and in the tail of msgs[last].Buf.
 	if _, count := s.segments(last); lastFit < count || last < s.n-1 {
 		s.growSpill(s.n)
-		for k := last; k < s.n; k++ {
-			seg, _ := s.segments(k)
+		s.next, s.off = last, 0
+		if lastFit == count { // the last slot fits whole: only later ones wait
+			s.next++
+		}
+		for k := s.next; k < s.n; k++ {
 			from := 0
 			if k == last {
+				seg, _ := s.segments(k)
 				from = lastFit * seg
 			}
 			total := min(int(s.hs[k].Len), len(msgs[k].Buf))
 			s.data[k] = s.spill[k][:copy(s.spill[k], msgs[k].Buf[from:total])]
 			s.cut[k] = int(s.hs[k].Len) > len(msgs[k].Buf)
-		}
-		s.next, s.off = last, 0
-		if lastFit == count {
-			s.next++
 		}
 	} else {
 		s.next = s.n
@@ -535,7 +550,7 @@ func (c *Conn) readBig(msgs []Message) (int, error) {
 	if s.next < s.n {
 		c.sys.pending = s
 	} else {
-		readPool.Put(s)
+		putRead(s)
 	}
 	return n, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -313,5 +314,60 @@ func TestEIOFallbackThroughTheKernel(t *testing.T) {
 	b.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
 	if k, err := b.ReadBatch(in); k != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("a duplicate arrived: %d, %v", k, err)
+	}
+}
+
+// TestGROReadRandomTraffic sends random mixes of GSO runs and single
+// datagrams and reads them with random batch and buffer sizes, on IPv4
+// and IPv6: every datagram arrives once, in order, whole where it fits and
+// marked Truncated where it does not.
+func TestGROReadRandomTraffic(t *testing.T) {
+	for _, fam := range []struct{ network, addr string }{{"udp4", "127.0.0.1"}, {"udp6", "::1"}} {
+		for seed := range int64(8) {
+			t.Run(fmt.Sprintf("%s/seed=%d", fam.network, seed), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(seed), 7))
+				a, b := pair(t, fam.network, fam.addr, &Options{ReadBuffer: bigBuf, WriteBuffer: bigBuf})
+				if !b.Stats().GRO {
+					t.Skip("no UDP_GRO")
+				}
+				bufSize := []int{600, 1500, 65535}[rng.IntN(3)]
+				var want [][]byte
+				for range 25 {
+					count := 1 + rng.IntN(80)
+					size := 1 + rng.IntN(1400)
+					out := make([]Message, count)
+					for i := range out {
+						p := make([]byte, size)
+						if i == count-1 {
+							p = p[:1+rng.IntN(size)]
+						}
+						if len(p) >= 2 {
+							p[0], p[1] = byte(len(want)>>8), byte(len(want))
+						}
+						want = append(want, p)
+						out[i] = Message{Buf: p, Addr: addrOf(b)}
+					}
+					if _, err := a.WriteAll(out); err != nil {
+						t.Fatal(err)
+					}
+				}
+				msgs := makeMsgs(1+rng.IntN(300), bufSize)
+				b.SetReadDeadline(time.Now().Add(5 * time.Second))
+				for got := 0; got < len(want); {
+					n, err := b.ReadBatch(msgs[:1+rng.IntN(len(msgs))])
+					if err != nil {
+						t.Fatalf("after %d of %d: %v", got, len(want), err)
+					}
+					for i := range msgs[:n] {
+						w, m := want[got+i], &msgs[i]
+						fits := len(w) <= len(m.Buf)
+						if m.Truncated == fits || !bytes.Equal(m.Payload(), w[:min(len(w), len(m.Buf))]) || m.Addr != addrOf(a) {
+							t.Fatalf("datagram %d: got %d bytes (truncated %v) from %v, want %d", got+i, m.N, m.Truncated, m.Addr, len(w))
+						}
+					}
+					got += n
+				}
+			})
+		}
 	}
 }
