@@ -687,7 +687,9 @@ func (s *writeScratch) send(msgs []Message, groups []group) (int, error) {
 // go out as one UDP_SEGMENT send of at most 64 datagrams and 65,507 bytes,
 // one iovec per datagram: payloads are not copied. If the kernel refuses a
 // GSO send with EIO, GSO is switched off for this Conn and the datagrams
-// are resent without it; none is lost or sent twice.
+// are resent without it; with EINVAL or EMSGSIZE (datagrams larger than
+// the path MTU, which only unsegmented sends may fragment), this call
+// resends them without it. None is lost or sent twice.
 //
 // A message whose Addr cannot be sent on this socket (IPv6 on an IPv4
 // socket) stops the batch there with an error.

@@ -71,13 +71,15 @@ type sendFunc func(msgs []Message, groups []group) (int, error)
 
 // writeGroups sends msgs through send, coalescing with GSO while gso holds
 // true, and returns how many messages went out (msgs[:n], each wholly), as
-// sendmmsg reports them. If the kernel refuses a GSO send with EIO (the
-// device cannot checksum-offload it; see wireguard-go conn/errors_linux.go
-// and Tailscale's neterror.ShouldDisableUDPGSO), GSO is switched off in gso
-// for good and the messages from the failed send on are resent unsegmented:
-// nothing is lost (the failed sendmsg sent nothing) and nothing is sent
-// twice. fellBack reports that this happened. scratch is reused for the
-// plan.
+// sendmmsg reports them. If the kernel refuses a GSO send, the messages
+// from the failed send on are resent unsegmented: nothing is lost (the
+// failed sendmsg sent nothing) and nothing is sent twice. EIO means the
+// device cannot checksum-offload GSO (wireguard-go conn/errors_linux.go,
+// Tailscale's neterror.ShouldDisableUDPGSO): GSO is switched off in gso for
+// good and fellBack reports it. EINVAL or EMSGSIZE means this send cannot be
+// segmented (udp_send_skb in net/ipv4/udp.c refuses a segment size above
+// the path MTU, which a plain datagram would pass as IP fragments): only
+// this call goes unsegmented. scratch is reused for the plan.
 func writeGroups(msgs []Message, gso *atomic.Bool, scratch *[]group, send sendFunc) (n int, fellBack bool, err error) {
 	gs := planGroups((*scratch)[:0], msgs, gso.Load())
 	*scratch = gs
@@ -85,9 +87,11 @@ func writeGroups(msgs []Message, gso *atomic.Bool, scratch *[]group, send sendFu
 	if sent > 0 {
 		n = gs[sent-1].end
 	}
-	if err != nil && sent < len(gs) && gs[sent].seg > 0 && errors.Is(err, syscall.EIO) {
-		gso.Store(false)
-		fellBack = true
+	if err != nil && sent < len(gs) && gs[sent].seg > 0 && gsoRefused(err) {
+		if errors.Is(err, syscall.EIO) {
+			gso.Store(false)
+			fellBack = true
+		}
 		rest := msgs[n:]
 		gs = planGroups(gs[:0], rest, false)
 		*scratch = gs
@@ -100,4 +104,10 @@ func writeGroups(msgs []Message, gso *atomic.Bool, scratch *[]group, send sendFu
 		msgs[i].N = len(msgs[i].Buf)
 	}
 	return n, fellBack, err
+}
+
+// gsoRefused reports the errors after which a GSO send is retried
+// unsegmented.
+func gsoRefused(err error) bool {
+	return errors.Is(err, syscall.EIO) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EMSGSIZE)
 }

@@ -185,6 +185,30 @@ func TestWriteGroupsReportsPartialSendExactly(t *testing.T) {
 	}
 }
 
+func TestWriteGroupsEINVALResendsUnsegmentedAndKeepsGSO(t *testing.T) {
+	msgs := msgsOfSizes([]int{3000, 3000, 3000, 100}, apA) // above a 1500-byte path MTU
+	msgs[3].Addr = apB
+	var gso atomic.Bool
+	gso.Store(true)
+	var kernel [][]byte
+	send := func(ms []Message, gs []group) (int, error) {
+		for i, g := range gs {
+			if g.seg > 1472 {
+				return i, syscall.EINVAL
+			}
+			for j := g.start; j < g.end; j++ {
+				kernel = append(kernel, ms[j].Buf)
+			}
+		}
+		return len(gs), nil
+	}
+	var scratch []group
+	n, fellBack, err := writeGroups(msgs, &gso, &scratch, send)
+	if err != nil || n != 4 || fellBack || !gso.Load() || len(kernel) != 4 {
+		t.Fatalf("n=%d fellBack=%v gso=%v err=%v sent=%d", n, fellBack, gso.Load(), err, len(kernel))
+	}
+}
+
 func TestWriteGroupsOtherErrorsKeepGSO(t *testing.T) {
 	msgs := msgsOfSizes([]int{100, 100}, apA)
 	var gso atomic.Bool
