@@ -8,11 +8,13 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/zeroio/zeroio/internal/percpu"
+	"golang.org/x/sys/unix"
 )
 
 func TestOffloadIsUsedAndSplitKeepsMetadata(t *testing.T) {
@@ -370,4 +372,71 @@ func TestGROReadRandomTraffic(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestGSOAbovePathMTUFallsBack runs in a network namespace of its own whose
+// loopback has a 1500-byte MTU: a GSO send of 3000-byte datagrams is
+// refused with EINVAL (udp_send_skb: segment above the MTU), and
+// WriteBatch resends them unsegmented, as IP fragments that arrive whole.
+func TestGSOAbovePathMTUFallsBack(t *testing.T) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread dies with its netns
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			t.Logf("unshare(CLONE_NEWNET): %v", err)
+			return
+		}
+		if err := setLoopback(1500); err != nil {
+			t.Errorf("configuring lo: %v", err)
+			return
+		}
+		a, b := pair(t, "udp4", "127.0.0.1", &Options{ReadBuffer: bigBuf})
+		if !a.Stats().GSO {
+			t.Log("no UDP GSO")
+			return
+		}
+		out := makeMsgs(10, 3000)
+		for i := range out {
+			out[i].Buf[0] = byte(i)
+			out[i].Addr = addrOf(b)
+		}
+		if n, err := a.WriteAll(out); err != nil || n != len(out) {
+			t.Errorf("WriteAll = %d, %v", n, err)
+			return
+		}
+		in := makeMsgs(10, 4000)
+		readN(t, b, in, 10, 10)
+		for i := range in {
+			if in[i].N != 3000 || in[i].Buf[0] != byte(i) {
+				t.Errorf("datagram %d: %d bytes [%d]", i, in[i].N, in[i].Buf[0])
+			}
+		}
+		if st := a.Stats(); !st.GSO || st.GSOFallbacks != 0 {
+			t.Errorf("an MTU refusal turned GSO off: %+v", st)
+		}
+		a.Close()
+		b.Close()
+	}()
+	<-done
+}
+
+// setLoopback brings lo up with the given MTU in the calling thread's
+// network namespace.
+func setLoopback(mtu uint32) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	ifr.SetUint32(mtu)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFMTU, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(unix.IFF_UP | unix.IFF_LOOPBACK | unix.IFF_RUNNING)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
