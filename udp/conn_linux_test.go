@@ -440,3 +440,59 @@ func setLoopback(mtu uint32) error {
 	ifr.SetUint16(unix.IFF_UP | unix.IFF_LOOPBACK | unix.IFF_RUNNING)
 	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
 }
+
+// TestWriteBatchRandomMetadata writes random batches that mix two
+// destinations, source addresses, TOS values and sizes, so that GSO runs
+// break on every field, and checks at both receivers that each datagram
+// arrived once, in order, from the address it asked to be sent from, with
+// its TOS.
+func TestWriteBatchRandomMetadata(t *testing.T) {
+	for _, off := range offloads[:2] {
+		t.Run(off.name, func(t *testing.T) {
+			opts := off.opts
+			opts.PacketInfo, opts.ECN = true, true
+			srv, err := Listen("udp4", "0.0.0.0:0", &opts) // sends from 127.0.0.x
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Close()
+			r1, r2 := pair(t, "udp4", "127.0.0.1", &opts)
+			rx := []*Conn{r1, r2}
+			srcs := []netip.Addr{{}, netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("127.0.0.5")}
+			rng := rand.New(rand.NewPCG(1, 2))
+			var want [2][]Message
+			for range 20 {
+				out := make([]Message, 1+rng.IntN(100))
+				for i := range out {
+					d := rng.IntN(2)
+					if rng.IntN(4) != 0 && i > 0 { // mostly runs to one place
+						d = int(out[i-1].TOS) & 1
+					}
+					size := []int{1200, 1200, 1200, 700, 1}[rng.IntN(5)]
+					m := Message{Buf: make([]byte, size), Addr: addrOf(rx[d]), Local: srcs[rng.IntN(3)], TOS: uint8(d | rng.IntN(2)<<2)}
+					m.Buf[0] = byte(len(want[d]))
+					out[i] = m
+					want[d] = append(want[d], m)
+				}
+				if _, err := srv.WriteAll(out); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for d, r := range rx {
+				in := makeMsgs(len(want[d]), 1500)
+				readN(t, r, in, len(want[d]), 64)
+				for i, w := range want[d] {
+					m := &in[i]
+					from := w.Local
+					if !from.IsValid() {
+						from = netip.MustParseAddr("127.0.0.1") // the route's source
+					}
+					if m.N != len(w.Buf) || m.Buf[0] != w.Buf[0] || m.TOS != w.TOS || m.Addr.Addr() != from || m.Addr.Port() != srv.AddrPort().Port() {
+						t.Fatalf("receiver %d datagram %d: %d bytes [%d] TOS %d from %v; want %d [%d] TOS %d from %v",
+							d, i, m.N, m.Buf[0], m.TOS, m.Addr, len(w.Buf), w.Buf[0], w.TOS, from)
+					}
+				}
+			}
+		})
+	}
+}
