@@ -347,6 +347,8 @@ routes:
 			`zeroio_relay_connections_accepted_total{route="u2t"} 10`,
 			`zeroio_relay_errors_total{kind="dial",route="t2u"} 0`,
 			"process_resident_memory_bytes",
+			`zeroio_splice_copies_total{path="splice"}`,
+			"zeroio_pool_bytes_held",
 		} {
 			if !bytes.Contains(body, []byte(want)) {
 				t.Errorf("metrics lack %s", want)

@@ -1,0 +1,261 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/zeroio/zeroio/relay"
+)
+
+// The relay suites run every relay as a child process, so that its CPU
+// time and memory are its own (/proc/PID/stat, /proc/PID/status) and the
+// traffic generators (iperf3, the Go clients) stay out of its profile:
+//
+//   - zeroio: package relay, one route (this executable re-executed)
+//   - iocopy: the Go relay people write first, io.Copy both ways (the
+//     standard library splices TCP to TCP)
+//   - copy64k: a read/write loop through a 64 KiB buffer per direction
+//   - haproxy: HAProxy in mode tcp with option splice-auto
+//   - socat: socat TCP-LISTEN,fork (UDP-LISTEN for datagrams)
+//
+// The Go relays are entered from init when ZEROIO_RELAY_CHILD names one.
+
+const (
+	relayChildEnv  = "ZEROIO_RELAY_CHILD"  // impl name
+	relayTargetEnv = "ZEROIO_RELAY_TARGET" // tcp://host:port or udp://host:port
+)
+
+func init() {
+	impl := os.Getenv(relayChildEnv)
+	if impl == "" {
+		return
+	}
+	os.Exit(relayChild(impl, os.Getenv(relayTargetEnv)))
+}
+
+// relayChild serves until its stdin closes, after printing its listen
+// address on stdout.
+func relayChild(impl, target string) int {
+	fail := func(err error) int { fmt.Fprintln(os.Stderr, "relay child:", err); return 1 }
+	tgt, err := relay.ParseAddr(target)
+	if err != nil {
+		return fail(err)
+	}
+	var addr string
+	switch impl {
+	case "zeroio":
+		listen := relay.Addr{Network: "tcp", Address: "127.0.0.1:0"}
+		if tgt.Datagram() {
+			listen.Network = "udp"
+		}
+		srv, err := relay.New(relay.Config{Routes: []relay.Route{{Name: "r", Listen: listen, Target: tgt}}})
+		if err != nil {
+			return fail(err)
+		}
+		if err := srv.Start(); err != nil {
+			return fail(err)
+		}
+		defer srv.Close()
+		addr = srv.Addrs("r")[0].String()
+	case "iocopy", "copy64k":
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return fail(err)
+		}
+		defer ln.Close()
+		go naiveRelay(ln, tgt.Address, impl == "copy64k")
+		addr = ln.Addr().String()
+	default:
+		return fail(fmt.Errorf("unknown impl %q", impl))
+	}
+	fmt.Printf("LISTEN %s\n", addr)
+	io.Copy(io.Discard, os.Stdin) // until the parent closes it
+	return 0
+}
+
+// naiveRelay is the relay most Go programs contain: a goroutine per
+// direction, half-close passed on.
+func naiveRelay(ln net.Listener, target string, buffered bool) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			t, err := net.Dial("tcp", target)
+			if err != nil {
+				return
+			}
+			defer t.Close()
+			done := make(chan struct{})
+			pipe := func(dst, src net.Conn) {
+				if buffered {
+					buf := make([]byte, 64<<10)
+					io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
+				} else {
+					io.Copy(dst, src)
+				}
+				dst.(*net.TCPConn).CloseWrite()
+			}
+			go func() { pipe(t, c); close(done) }()
+			pipe(c, t)
+			<-done
+		}()
+	}
+}
+
+// relayProc is a running relay child or external relay.
+type relayProc struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	addr  string
+}
+
+// startRelayProc starts impl relaying to target ("tcp://..." or
+// "udp://...") and returns once it listens.
+func startRelayProc(impl, target string) (*relayProc, error) {
+	var cmd *exec.Cmd
+	tgt := strings.SplitN(target, "://", 2)
+	switch impl {
+	case "haproxy", "socat":
+		port, err := freePort(tgt[0])
+		if err != nil {
+			return nil, err
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		if impl == "socat" {
+			if tgt[0] == "udp" {
+				cmd = exec.Command("socat", fmt.Sprintf("UDP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork", port), "UDP:"+tgt[1])
+			} else {
+				cmd = exec.Command("socat", fmt.Sprintf("TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork,backlog=4096", port), "TCP:"+tgt[1])
+			}
+		} else {
+			cfg, err := os.CreateTemp("", "zeroio-haproxy-*.cfg")
+			if err != nil {
+				return nil, err
+			}
+			fmt.Fprintf(cfg, `global
+	maxconn 6000
+defaults
+	mode tcp
+	timeout connect 5s
+	timeout client 1h
+	timeout server 1h
+	option splice-auto
+listen relay
+	bind %s
+	server target %s
+`, addr, tgt[1])
+			cfg.Close()
+			defer os.Remove(cfg.Name())
+			cmd = exec.Command("haproxy", "-db", "-q", "-f", cfg.Name())
+		}
+		cmd.Stderr = os.Stderr
+		ownGroup(cmd)
+		if err := cmd.Start(); err != nil {
+			return nil, err
+		}
+		p := &relayProc{cmd: cmd, addr: addr}
+		if tgt[0] == "udp" {
+			time.Sleep(200 * time.Millisecond) // nothing to dial; give it time to bind
+			return p, nil
+		}
+		for range 200 {
+			if c, err := net.Dial("tcp", addr); err == nil {
+				c.Close()
+				return p, nil
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		p.stop()
+		return nil, fmt.Errorf("%s did not listen on %s", impl, addr)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd = exec.Command(exe)
+	cmd.Env = append(os.Environ(), relayChildEnv+"="+impl, relayTargetEnv+"="+target)
+	cmd.Stderr = os.Stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	p := &relayProc{cmd: cmd, stdin: stdin}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if !strings.HasPrefix(line, "LISTEN ") {
+		p.stop()
+		return nil, fmt.Errorf("relay child %s: %q %v", impl, line, err)
+	}
+	p.addr = strings.TrimSpace(strings.TrimPrefix(line, "LISTEN "))
+	return p, nil
+}
+
+func (p *relayProc) stop() {
+	if p.stdin != nil {
+		p.stdin.Close()
+	} else {
+		killGroup(p.cmd, false)
+	}
+	done := make(chan struct{})
+	go func() { p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		p.cmd.Process.Kill()
+		<-done
+	}
+	if p.stdin == nil {
+		killGroup(p.cmd, true) // forked children that outlived the parent
+	}
+}
+
+func freePort(network string) (int, error) {
+	if network == "udp" {
+		c, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		defer c.Close()
+		return c.LocalAddr().(*net.UDPAddr).Port, nil
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// needTools reports the first missing program, or "" if all are present.
+func needTools(tools ...string) string {
+	if runtime.GOOS != "linux" {
+		return "relay suites read /proc: linux only"
+	}
+	for _, t := range tools {
+		if _, err := exec.LookPath(t); err != nil {
+			return t + " not on PATH"
+		}
+	}
+	return ""
+}
+
+func init() {
+	register(Suite{Group: "relay", Name: "RelayIperf3", Cases: relayIperf3Cases,
+		Available: func() string { return needTools("iperf3") }})
+	register(Suite{Group: "relay", Name: "RelayIdle", Cases: relayIdleCases,
+		Available: func() string { return needTools() }})
+	register(Suite{Group: "relay", Name: "RelayUDP", Cases: relayUDPCases,
+		Available: func() string { return needTools() }})
+	register(Suite{Group: "relay", Name: "RelayStreams", Cases: relayStreamsCases,
+		Available: func() string { return needTools() }})
+}

@@ -1,0 +1,15 @@
+//go:build !unix
+
+package bench
+
+import "os/exec"
+
+// On GOOS without process groups the relay alone is stopped; the relay
+// suites run on linux only.
+func ownGroup(cmd *exec.Cmd) {}
+
+func killGroup(cmd *exec.Cmd, kill bool) {
+	if kill {
+		cmd.Process.Kill()
+	}
+}

@@ -1,0 +1,21 @@
+//go:build unix
+
+package bench
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// ownGroup puts the relay in its own process group, so that stopping it
+// also stops the children socat forks per connection.
+func ownGroup(cmd *exec.Cmd) { cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} }
+
+// killGroup sends sig to the relay's process group.
+func killGroup(cmd *exec.Cmd, kill bool) {
+	sig := syscall.SIGTERM
+	if kill {
+		sig = syscall.SIGKILL
+	}
+	syscall.Kill(-cmd.Process.Pid, sig)
+}

@@ -1,0 +1,8 @@
+package bench
+
+import "testing"
+
+func BenchmarkRelayIperf3(b *testing.B)  { runSuite(b, "RelayIperf3") }
+func BenchmarkRelayIdle(b *testing.B)    { runSuite(b, "RelayIdle") }
+func BenchmarkRelayUDP(b *testing.B)     { runSuite(b, "RelayUDP") }
+func BenchmarkRelayStreams(b *testing.B) { runSuite(b, "RelayStreams") }
