@@ -121,6 +121,18 @@ func (c *Copier) copy(dst io.Writer, src io.Reader, remain int64) (written int64
 // run picks the kernel path for the pair and falls back, path by path, as
 // long as no byte has moved.
 func (j *job) run(dstFD bool) error {
+	if j.remain <= smallCopy {
+		// Short copies go through a buffer, without even an fstat(2)
+		// to classify the ends: for a few KiB, read(2) and write(2)
+		// cost less than the pipe round trip of splice or the
+		// classification sendfile needs (BenchmarkSplice in bench/
+		// measures the crossover). Only a datagram Unix conn, known
+		// without a syscall, needs its own Read.
+		if uc, ok := j.src.(*net.UnixConn); ok && j.kindOf(uc) == kNone {
+			return j.copyBuffer()
+		}
+		return j.readBuffered()
+	}
 	sk := j.kindOf(j.src)
 	dk := kNone
 	if dstFD && sk != kNone {
@@ -129,9 +141,7 @@ func (j *job) run(dstFD bool) error {
 	if sk == kNone {
 		// A descriptor the kernel paths cannot use (a datagram socket,
 		// a blocking pipe): plain Read and Write.
-		n, err := copyBuffer(j.dstW, j.srcR, j.remain, j.progress, &j.t)
-		j.written += n
-		return err
+		return j.copyBuffer()
 	}
 	if dk != kNone {
 		if sk == kFile && dk == kFile {
@@ -148,20 +158,21 @@ func (j *job) run(dstFD bool) error {
 			}
 			j.t.fellBack = true
 		}
-		// Short copies go through a buffer: splicing a few KiB through a
-		// pipe costs two syscalls with pipe bookkeeping, read(2) and
-		// write(2) cost two syscalls and a cheap memcpy (BenchmarkSplice
-		// in bench/ measures the crossover).
-		if j.remain > smallCopy {
-			j.t.last = pathSplice
-			if handled, err := j.splice(); handled || err != nil {
-				return err
-			}
-			j.t.fellBack = true
+		j.t.last = pathSplice
+		if handled, err := j.splice(); handled || err != nil {
+			return err
 		}
+		j.t.fellBack = true
 	}
 	j.t.last = pathBuffer
 	return j.readBuffered()
+}
+
+// copyBuffer copies with src.Read and dst.Write as given.
+func (j *job) copyBuffer() error {
+	n, err := copyBuffer(j.dstW, j.srcR, j.remain, j.progress, &j.t)
+	j.written += n
+	return err
 }
 
 // kindOf classifies an end. Sockets of the standard types are known by

@@ -17,8 +17,10 @@ import (
 )
 
 // wantPath is the path a pair is expected to take.
-func wantPath(src, dst string) path {
+func wantPath(src, dst string, limit int64) path {
 	switch {
+	case limit > 0 && limit <= smallCopy:
+		return pathBuffer
 	case src == "file" && dst == "file":
 		return pathCopyFileRange
 	case src == "file":
@@ -39,7 +41,7 @@ func TestEveryPair(t *testing.T) {
 	data := payload(size, 1)
 	for _, se := range ends {
 		for _, de := range ends {
-			for _, lim := range []int64{0, 1<<20 + 7, size + 100} {
+			for _, lim := range []int64{0, 10_000, 1<<20 + 7, size + 100} {
 				name := se.name + "-to-" + de.name + "/limit=" + itoa(int(lim))
 				t.Run(name, func(t *testing.T) {
 					src := se.src(t, data)
@@ -64,7 +66,7 @@ func TestEveryPair(t *testing.T) {
 					}
 					src.done()
 					after := ReadStats()
-					if p := wantPath(se.name, de.name); pathCount(after, p) == pathCount(before, p) {
+					if p := wantPath(se.name, de.name, lim); pathCount(after, p) == pathCount(before, p) {
 						t.Errorf("path %d not counted: before %+v after %+v", p, before, after)
 					}
 				})

@@ -28,11 +28,13 @@
 //
 // On Linux the path for a pair is:
 //
+//   - a copy limited to 16 KiB or less (a Limit, CopyN's n): read(2)
+//     into a pooled buffer and dst.Write, which for a few KiB costs less
+//     than the pipe round trip of splice or the fstat(2) that choosing a
+//     kernel path takes;
 //   - regular file to regular file: copy_file_range(2), then sendfile(2);
 //   - regular file to anything else with a descriptor: sendfile(2);
-//   - any other pair with descriptors: splice(2) through a pipe, unless
-//     the copy is limited to 16 KiB or less, where read(2) and write(2)
-//     through a pooled buffer cost less than the pipe round trip;
+//   - any other pair with descriptors: splice(2) through a pipe;
 //   - a descriptor on the src side only: read(2) into a pooled buffer,
 //     then dst.Write;
 //   - no descriptor on the src side: src.Read and dst.Write through a
