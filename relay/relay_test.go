@@ -9,11 +9,13 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/zeroio/zeroio/internal/proxyproto"
+	"github.com/zeroio/zeroio/splice"
 )
 
 func TestRelayIntegrity(t *testing.T) {
@@ -517,4 +519,33 @@ func TestChurnNoLeak(t *testing.T) {
 	}
 	wg.Wait()
 	waitFor(t, func() bool { return s.Stats().Active == 0 })
+}
+
+// TestIdleHoldsNoPipe: relayed connections that have moved bytes and gone
+// quiet hold no pipe and no pooled buffer (splice's gauges).
+func TestIdleHoldsNoPipe(t *testing.T) {
+	leakCheck(t)
+	b := startBackend(t, "tcp4", echo)
+	s := startRelay(t, route0("127.0.0.1:0", b.addr, nil))
+	var cs []net.Conn
+	for range 50 {
+		c := dialRoute(t, s, "r")
+		defer c.Close()
+		if err := ping(c); err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	waitFor(t, func() bool {
+		st := splice.ReadStats()
+		return st.PipesInUse == 0 && st.BuffersInUse == 0
+	})
+	if st := splice.ReadStats(); st.PipesCreated+st.PipesReused == 0 && runtime.GOOS == "linux" {
+		t.Errorf("the relay never took a pipe: not splicing? %+v", st)
+	}
+	for _, c := range cs {
+		if err := ping(c); err != nil {
+			t.Fatalf("after idling: %v", err)
+		}
+	}
 }
