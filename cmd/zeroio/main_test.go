@@ -278,6 +278,21 @@ func TestRelayBinary(t *testing.T) {
 	unixBackend := filepath.Join(dir, "b.sock")
 	echoServer(t, "unix", unixBackend)
 	unixListen := filepath.Join(dir, "l.sock")
+	udpEcho, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udpEcho.Close()
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := udpEcho.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			udpEcho.WriteTo(buf[:n], from)
+		}
+	}()
 	mln, _ := net.Listen("tcp", "127.0.0.1:0")
 	metrics := mln.Addr().String()
 	mln.Close()
@@ -296,8 +311,12 @@ routes:
   - name: u2t
     listen: unix://%s
     target: tcp://%s
-`, metrics, tcpBackend, unixBackend, unixListen, tcpBackend), 0o644)
-	p := startProc(t, 3, "-c", conf)
+  - name: udp
+    listen: udp://127.0.0.1:0
+    target: udp://%s
+    session_timeout: 5s
+`, metrics, tcpBackend, unixBackend, unixListen, tcpBackend, udpEcho.LocalAddr()), 0o644)
+	p := startProc(t, 4, "-c", conf)
 	for _, route := range []string{"t2t", "t2u", "u2t"} {
 		t.Run(route, func(t *testing.T) {
 			network := "tcp"
@@ -324,6 +343,26 @@ routes:
 			wg.Wait()
 		})
 	}
+	t.Run("udp", func(t *testing.T) {
+		c, err := net.Dial("udp", p.addr(t, "udp"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		buf := make([]byte, 2048)
+		got := 0
+		for i := range 100 {
+			msg := fmt.Appendf(nil, "datagram %d", i)
+			c.Write(msg)
+			c.SetReadDeadline(time.Now().Add(time.Second))
+			if n, err := c.Read(buf); err == nil && string(buf[:n]) == string(msg) {
+				got++
+			}
+		}
+		if got < 95 {
+			t.Fatalf("%d of 100 datagrams echoed through the relay", got)
+		}
+	})
 	t.Run("socat", func(t *testing.T) {
 		if _, err := exec.LookPath("socat"); err != nil {
 			t.Skipf("socat: %v", err)
@@ -346,6 +385,7 @@ routes:
 			`zeroio_relay_bytes_total{direction="up",route="t2t"}`,
 			`zeroio_relay_connections_accepted_total{route="u2t"} 10`,
 			`zeroio_relay_errors_total{kind="dial",route="t2u"} 0`,
+			`zeroio_relay_udp_sessions_total{route="udp"} 1`,
 			"process_resident_memory_bytes",
 			`zeroio_splice_copies_total{path="splice"}`,
 			"zeroio_pool_bytes_held",
