@@ -143,6 +143,11 @@ func median(vs []float64) float64 {
 
 func isZeroio(impl string) bool { return strings.HasPrefix(impl, "zeroio") }
 
+// isBaseline reports impls that bound what is possible rather than compete
+// (traffic that goes direct, with no relay in between): shown, never the
+// "best peer".
+func isBaseline(impl string) bool { return impl == "direct" }
+
 // summarize computes medians, the pivot rows and the ratios.
 func (r *report) summarize() {
 	for _, s := range r.Suites {
@@ -189,6 +194,9 @@ func (r *report) summarize() {
 			}
 			var bz, bp float64
 			for impl, v := range rw.Medians {
+				if isBaseline(impl) {
+					continue
+				}
 				if isZeroio(impl) {
 					if rw.BestZero == "" || better(v, bz) {
 						rw.BestZero, bz = impl, v
