@@ -158,7 +158,8 @@ listen relay
 			defer os.Remove(cfg.Name())
 			cmd = exec.Command("haproxy", "-db", "-q", "-f", cfg.Name())
 		}
-		cmd.Stderr = os.Stderr
+		// Their stderr is dropped: socat reports the broken pipes of
+		// connections iperf3 closes, which would garble the results.
 		ownGroup(cmd)
 		if err := cmd.Start(); err != nil {
 			return nil, err
