@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,7 +20,7 @@ import (
 // wantPath is the path a pair is expected to take.
 func wantPath(src, dst string, limit int64) path {
 	switch {
-	case limit > 0 && limit <= smallCopy:
+	case limit > 0 && limit <= smallCopy, src == "unix" && dst == "tcp":
 		return pathBuffer
 	case src == "file" && dst == "file":
 		return pathCopyFileRange
@@ -262,7 +263,7 @@ func TestCloseUnblocks(t *testing.T) {
 
 // TestTinyPipes copies through one-page pipes.
 func TestTinyPipes(t *testing.T) {
-	for _, pair := range [][2]int{{0, 1}, {1, 0}, {1, 1}, {2, 0}} {
+	for _, pair := range [][2]int{{0, 1}, {1, 2}, {1, 1}, {2, 0}} {
 		se, de := ends[pair[0]], ends[pair[1]]
 		t.Run(se.name+"-to-"+de.name, func(t *testing.T) {
 			data := payload(1<<20+3, 7)
@@ -557,4 +558,79 @@ func TestPaths(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNoPipes: when pipe2(2) fails (EMFILE here, from a real descriptor
+// limit) the copy moves every byte through a buffer instead.
+func TestNoPipes(t *testing.T) {
+	src, feedEnd := tcpPair(t)
+	dst, far := unixPair(t)
+	data := payload(1<<20, 17)
+	done := feed(feedEnd, data)
+	res := collect(far)
+	// Let the pool drop its idle pipes, so the copy must make one.
+	for range 3 {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	var old unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &old); err != nil {
+		t.Fatal(err)
+	}
+	lim := old
+	lim.Cur = uint64(maxFD() + 1) // every descriptor number in use
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		t.Skip(err)
+	}
+	// Fill the gaps below the limit too.
+	var fillers []int
+	for range 1000 {
+		fd, err := unix.Open("/dev/null", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			break
+		}
+		fillers = append(fillers, fd)
+	}
+	defer func() {
+		for _, fd := range fillers {
+			unix.Close(fd)
+		}
+	}()
+	var fds [2]int
+	perr := unix.Pipe2(fds[:], unix.O_CLOEXEC)
+	if perr == nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+	}
+	before := ReadStats()
+	var n int64
+	var err error
+	if perr != nil {
+		n, err = Copy(dst, src)
+	}
+	after := ReadStats()
+	unix.Setrlimit(unix.RLIMIT_NOFILE, &old)
+	if perr == nil {
+		t.Skip("pipe2 still works under the lowered limit")
+	}
+	done()
+	dst.CloseWrite()
+	if err != nil || n != int64(len(data)) || !bytes.Equal(res(), data) {
+		t.Fatalf("Copy = %d, %v", n, err)
+	}
+	if after.PipeErrors == before.PipeErrors || after.BufferCopies == before.BufferCopies || after.Fallbacks == before.Fallbacks {
+		t.Fatalf("stats before %+v after %+v", before, after)
+	}
+}
+
+// maxFD returns the highest open descriptor number.
+func maxFD() int {
+	d, _ := os.ReadDir("/proc/self/fd")
+	m := 0
+	for _, e := range d {
+		var n int
+		fmt.Sscan(e.Name(), &n)
+		m = max(m, n)
+	}
+	return m
 }
