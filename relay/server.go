@@ -89,8 +89,10 @@ func (s *Server) sortedNames() []string {
 // Update applies a new configuration, as on SIGHUP: routes that are gone
 // stop listening, new ones start, and changed ones take their new settings
 // for new connections (rebinding only if the listen address or worker
-// count changed). Established connections are never touched: they finish
-// under the settings they started with. On a bind error the routes already
+// count changed). Established stream connections are never touched: they
+// finish under the settings they started with. UDP sessions of a removed
+// or rebound route end with it, since their replies leave through its
+// socket. On a bind error the routes already
 // applied stay applied and the error names the one that failed.
 func (s *Server) Update(cfg Config) error {
 	cfg, err := cfg.normalize()

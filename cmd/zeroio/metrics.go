@@ -108,7 +108,7 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(mErrors, r.CopyErrors, n, "copy")
 		counter(mErrors, r.IdleTimeouts, n, "idle_timeout")
 		gauge(mSessions, r.Sessions, n)
-		gauge(mSessTot, r.SessionsTotal, n)
+		counter(mSessTot, uint64(r.SessionsTotal), n)
 		counter(mPackets, r.PacketsUp, n, "up")
 		counter(mPackets, r.PacketsDown, n, "down")
 		counter(mDrops, r.DropsSessionLimit, n, "session_limit")
