@@ -120,7 +120,7 @@ func TestHalfClose(t *testing.T) {
 func TestIdleTimeout(t *testing.T) {
 	leakCheck(t)
 	b := startBackend(t, "tcp4", echo)
-	const idle = 300 * time.Millisecond
+	const idle = 600 * time.Millisecond
 	s := startRelay(t, route0("127.0.0.1:0", b.addr, func(r *Route) { r.IdleTimeout = idle }))
 	c := dialRoute(t, s, "r")
 	defer c.Close()
@@ -136,7 +136,7 @@ func TestIdleTimeout(t *testing.T) {
 		if _, err := io.ReadFull(c, buf); err != nil {
 			t.Fatalf("read during active transfer: %v", err)
 		}
-		time.Sleep(idle / 5)
+		time.Sleep(idle / 12)
 	}
 	// Silence: the relay closes within the idle period (plus slack).
 	start := time.Now()
