@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"runtime"
@@ -24,6 +25,8 @@ import (
 //   - copy64k: a read/write loop through a 64 KiB buffer per direction
 //   - haproxy: HAProxy in mode tcp with option splice-auto
 //   - socat: socat TCP-LISTEN,fork (UDP-LISTEN for datagrams)
+//   - stdnet (UDP): net.UDPConn one datagram per call, a goroutine and a
+//     connected upstream socket per client
 //
 // The Go relays are entered from init when ZEROIO_RELAY_CHILD names one.
 
@@ -64,6 +67,14 @@ func relayChild(impl, target string) int {
 		}
 		defer srv.Close()
 		addr = srv.Addrs("r")[0].String()
+	case "stdnet":
+		pc, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			return fail(err)
+		}
+		defer pc.Close()
+		go naiveUDPRelay(pc, tgt.Address)
+		addr = pc.LocalAddr().String()
 	case "iocopy", "copy64k":
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -109,6 +120,42 @@ func naiveRelay(ln net.Listener, target string, buffered bool) {
 			pipe(c, t)
 			<-done
 		}()
+	}
+}
+
+// naiveUDPRelay is the UDP relay most Go programs contain: net.UDPConn,
+// one datagram per call, a connected upstream socket and a goroutine per
+// client (sessions never expire: a benchmark baseline only).
+func naiveUDPRelay(pc *net.UDPConn, target string) {
+	ta, err := net.ResolveUDPAddr("udp", target)
+	if err != nil {
+		return
+	}
+	sessions := map[netip.AddrPort]*net.UDPConn{}
+	buf := make([]byte, 65535)
+	for {
+		n, from, err := pc.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			return
+		}
+		up := sessions[from]
+		if up == nil {
+			if up, err = net.DialUDP("udp", nil, ta); err != nil {
+				continue
+			}
+			sessions[from] = up
+			go func() {
+				b := make([]byte, 65535)
+				for {
+					n, err := up.Read(b)
+					if err != nil {
+						return
+					}
+					pc.WriteToUDPAddrPort(b[:n], from)
+				}
+			}()
+		}
+		up.Write(buf[:n])
 	}
 }
 

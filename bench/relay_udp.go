@@ -15,12 +15,12 @@ import (
 // datagram sent; the delivered rate and share are reported).
 func relayUDPCases(quick bool) []Case {
 	var cs []Case
-	for _, impl := range []string{"direct", "zeroio", "socat"} {
+	for _, impl := range []string{"direct", "zeroio", "stdnet", "socat"} {
 		cs = append(cs, Case{fmt.Sprintf("mode=pingpong/size=64/impl=%s", impl), func(b *testing.B) {
 			runUDPPingPong(b, impl, 64)
 		}})
 	}
-	for _, impl := range []string{"direct", "zeroio", "socat"} {
+	for _, impl := range []string{"direct", "zeroio", "stdnet", "socat"} {
 		cs = append(cs, Case{fmt.Sprintf("mode=flood/size=1400/impl=%s", impl), func(b *testing.B) {
 			runUDPFlood(b, impl, 1400)
 		}})

@@ -216,18 +216,22 @@ func (s *session) run(timeout time.Duration) {
 		st.udpSessions.Add(-1)
 		u.rt.srv.serveWG.Done()
 	}()
+	// The read deadline is moved only when it fires: last only grows, so
+	// a deadline set earlier is never later than the session's real end,
+	// and re-arming the runtime timer for every datagram is avoided.
+	s.up.SetReadDeadline(time.Unix(0, s.last.Load()).Add(timeout))
 	for {
-		deadline := time.Unix(0, s.last.Load()).Add(timeout)
-		if !time.Now().Before(deadline) {
-			u.rt.srv.log.Debug("UDP session expired", "route", u.rt.name, "client", s.client)
-			return
-		}
-		s.up.SetReadDeadline(deadline)
 		if err := s.waitReadable(); err != nil {
 			if errors.Is(err, net.ErrClosed) || !isTimeout(err) {
 				return
 			}
-			continue // the deadline moves if the client spoke meanwhile
+			deadline := time.Unix(0, s.last.Load()).Add(timeout)
+			if !time.Now().Before(deadline) {
+				u.rt.srv.log.Debug("UDP session expired", "route", u.rt.name, "client", s.client)
+				return
+			}
+			s.up.SetReadDeadline(deadline)
+			continue
 		}
 		if !s.relayReplies() {
 			return
