@@ -1,0 +1,61 @@
+package relay
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestSocketOptions checks TCP_NODELAY and keep-alive on both of the
+// relay's sockets of a connection, as the route asks.
+func TestSocketOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		nagle                  bool
+		keepAlive              time.Duration
+		nodelay, keep, idleSec int
+	}{
+		{"defaults", false, 0, 1, 1, 15},
+		{"nagle-keepalive-30s", true, 30 * time.Second, 0, 1, 30},
+		{"no-keepalive", false, -1, 1, 0, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := startBackend(t, "tcp4", echo)
+			s := startRelay(t, route0("127.0.0.1:0", b.addr, func(r *Route) { r.Nagle, r.KeepAlive = tc.nagle, tc.keepAlive }))
+			c := dialRoute(t, s, "r")
+			defer c.Close()
+			if err := ping(c); err != nil {
+				t.Fatal(err)
+			}
+			s.mu.Lock()
+			var conns []net.Conn
+			for p := range s.conns {
+				p.mu.Lock()
+				conns = append(conns, p.client, p.target)
+				p.mu.Unlock()
+			}
+			s.mu.Unlock()
+			if len(conns) != 2 {
+				t.Fatalf("%d relay sockets", len(conns))
+			}
+			for i, sc := range conns {
+				rc, err := sc.(*net.TCPConn).SyscallConn()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var nd, ka, idle int
+				rc.Control(func(fd uintptr) {
+					nd, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY)
+					ka, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE)
+					idle, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPIDLE)
+				})
+				side := []string{"client", "target"}[i%2]
+				if nd != tc.nodelay || ka != tc.keep || (tc.idleSec > 0 && idle != tc.idleSec) {
+					t.Errorf("%s side: TCP_NODELAY %d SO_KEEPALIVE %d TCP_KEEPIDLE %d; want %d %d %d", side, nd, ka, idle, tc.nodelay, tc.keep, tc.idleSec)
+				}
+			}
+		})
+	}
+}
