@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"time"
 )
 
@@ -30,7 +31,7 @@ type Route struct {
 	Listen, Target Addr
 
 	// Workers is the number of SO_REUSEPORT listeners (TCP, Linux) that
-	// share accepting; 0 or 1 is one listener.
+	// share accepting; 0 or 1 is one listener. Other networks refuse more.
 	Workers int
 	// DialTimeout bounds connecting to Target.
 	DialTimeout time.Duration
@@ -115,8 +116,8 @@ func (r *Route) validate() error {
 	case r.Listen.Datagram() != r.Target.Datagram():
 		bad("cannot relay %s to %s: UDP relays only to UDP, streams only to TCP or Unix", r.Listen, r.Target)
 	}
-	if r.Workers > 1 && (r.Listen.Network == "unix") {
-		bad("workers > 1 needs a TCP or UDP listen address")
+	if r.Workers > 1 && !strings.HasPrefix(r.Listen.Network, "tcp") {
+		bad("workers > 1 needs a TCP listen address (UDP routes read with one batched reader)")
 	}
 	if r.SendProxy < 0 || r.SendProxy > 2 {
 		bad("PROXY protocol version %d: want 1 or 2", r.SendProxy)
