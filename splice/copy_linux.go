@@ -533,7 +533,28 @@ func opError(v any, op string, err error) error {
 		}
 		return &net.OpError{Op: op, Net: nw, Source: la, Addr: ra, Err: err}
 	case *os.File:
+		if err == errFileClosing() {
+			err = os.ErrClosed // as (*os.File).Read reports it
+		}
 		return &os.PathError{Op: op, Path: c.Name(), Err: err}
 	}
 	return &net.OpError{Op: op, Err: err}
 }
+
+// errFileClosing returns the error a closed *os.File's RawConn reports
+// (internal/poll's ErrFileClosing, which os maps to os.ErrClosed in its own
+// methods but not in RawConn's), learned once from a closed pipe so it can
+// be compared by identity.
+var errFileClosing = sync.OnceValue(func() error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil
+	}
+	w.Close()
+	r.Close()
+	rc, err := r.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc.Control(func(uintptr) {})
+})

@@ -634,3 +634,34 @@ func maxFD() int {
 	}
 	return m
 }
+
+// TestProgressMayClose: Progress runs outside every descriptor lock, so
+// closing an end from inside it ends the copy instead of deadlocking.
+func TestProgressMayClose(t *testing.T) {
+	for _, end := range []string{"src", "dst"} {
+		for _, se := range ends[:3] { // tcp, unix, pipe: splice and buffered paths
+			t.Run(se.name+"/close-"+end, func(t *testing.T) {
+				src := se.src(t, payload(8<<20, 18))
+				dst, far := tcpPair(t)
+				go io.Copy(io.Discard, far)
+				c := Copier{Progress: func(int64) {
+					if end == "src" {
+						src.src.(io.Closer).Close()
+					} else {
+						dst.Close()
+					}
+				}}
+				done := make(chan error, 1)
+				go func() { _, err := c.Copy(dst, src.src); done <- err }()
+				select {
+				case err := <-done:
+					if !errors.Is(err, net.ErrClosed) && !errors.Is(err, os.ErrClosed) {
+						t.Fatalf("err = %v, want a closed error", err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("Copy deadlocked after Close from Progress")
+				}
+			})
+		}
+	}
+}
