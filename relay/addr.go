@@ -38,7 +38,8 @@ func (a Addr) Datagram() bool { return strings.HasPrefix(a.Network, "udp") }
 // ParseAddr parses tcp://host:port, udp://host:port (also tcp4, tcp6,
 // udp4, udp6), unix:///absolute/path, unix://relative/path and
 // unix://@abstract. IPv6 hosts go in brackets: tcp://[::1]:8080. The port
-// is numeric. A missing host is an error: use [ParseListenAddr]'s advice.
+// is numeric. A missing host is an error whose message says what to
+// write instead (127.0.0.1 for this machine, 0.0.0.0 for every network).
 func ParseAddr(s string) (Addr, error) {
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok {
