@@ -6,7 +6,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/zeroio/zeroio/internal/percpu"
 )
@@ -98,5 +100,35 @@ func TestZeroAllocs(t *testing.T) {
 				c.Close()
 			}
 		})
+	}
+}
+
+// TestNoGoroutines: a copy starts no goroutine and leaves none behind,
+// on the splice, sendfile and buffered paths.
+func TestNoGoroutines(t *testing.T) {
+	src, feed := tcpPair(t)
+	dst, far := unixPair(t)
+	go pump(feed)
+	go drainAll(far)
+	f := tempFile(t, make([]byte, 1<<20))
+	time.Sleep(10 * time.Millisecond)
+	before := runtime.NumGoroutine()
+	for i := range 100 {
+		var err error
+		switch i % 3 {
+		case 0:
+			_, err = CopyN(dst, src, 256<<10) // splice
+		case 1:
+			_, err = CopyN(dst, src, 1000) // buffered
+		case 2:
+			f.Seek(0, io.SeekStart)
+			_, err = Copy(dst, f) // sendfile
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if after := runtime.NumGoroutine(); after != before {
+		t.Fatalf("%d goroutines before the copies, %d after", before, after)
 	}
 }
