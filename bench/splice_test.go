@@ -1,0 +1,5 @@
+package bench
+
+import "testing"
+
+func BenchmarkSplice(b *testing.B) { runSuite(b, "Splice") }
