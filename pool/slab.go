@@ -224,28 +224,28 @@ func (s *Slab) Put(b []byte) error {
 			return ErrDoublePut
 		}
 		if fw.CompareAndSwap(old, old|bit) {
-			break
+			// No counter here: Stats derives the slots handed out from the
+			// bitmap, so a Put is one compare-and-swap and nothing else.
+			return nil
 		}
 	}
-	id := percpu.Pin()
-	if id < len(s.locals.all) {
-		l := &s.locals.all[id]
-		percpu.Acquire(unsafe.Pointer(l))
-		percpu.Inc(&l.puts)
-		percpu.Release(unsafe.Pointer(l))
-		percpu.Unpin()
-		return nil
-	}
-	percpu.Unpin()
-	count(&s.locals, func(l *slabLocal) *uint64 { return &l.puts })
-	return nil
 }
 
 // Stats returns a snapshot of the slab's counters. BytesHeld is always
-// SlotSize*Slots.
+// SlotSize*Slots. Outstanding counts the slots whose bits are clear (read
+// word by word, so it may mix moments under concurrent use) plus heap
+// fallbacks not yet returned.
 func (s *Slab) Stats() Stats {
 	var st Stats
 	s.locals.each(func(l *slabLocal) { l.counts.addTo(&st) })
+	// Slot Puts are not counted (see Put): addTo computed hits + misses -
+	// heap puts. Replace the slot part with what the bitmap says.
+	st.Outstanding -= int64(st.Hits)
+	free := 0
+	for i := range s.words {
+		free += bits.OnesCount64(s.words[i].free.Load())
+	}
+	st.Outstanding += int64(s.n - free)
 	st.BytesHeld = int64(len(s.mem))
 	return st
 }
