@@ -297,13 +297,47 @@ func needTools(tools ...string) string {
 	return ""
 }
 
+// externalPeers are the relays that are programs of their own: a case
+// runs against them only when they are on PATH.
+var externalPeers = []string{"haproxy", "socat"}
+
+// havePeer reports whether impl can run here: our own relays always, the
+// external ones when installed.
+func havePeer(impl string) bool {
+	for _, p := range externalPeers {
+		if impl == p {
+			return needTools(p) == ""
+		}
+	}
+	return true
+}
+
+// peerNotes says which external peers a suite found and which it skipped,
+// and why.
+func peerNotes(peers ...string) func() []string {
+	return func() []string {
+		var found, notes []string
+		for _, p := range peers {
+			if why := needTools(p); why != "" {
+				notes = append(notes, "skipped "+p+": "+why)
+			} else {
+				found = append(found, p)
+			}
+		}
+		if len(found) > 0 {
+			notes = append([]string{"found " + strings.Join(found, ", ")}, notes...)
+		}
+		return notes
+	}
+}
+
 func init() {
-	register(Suite{Group: "relay", Name: "RelayIperf3", Cases: relayIperf3Cases,
-		Available: func() string { return needTools("iperf3") }})
-	register(Suite{Group: "relay", Name: "RelayIdle", Cases: relayIdleCases,
-		Available: func() string { return needTools() }})
-	register(Suite{Group: "relay", Name: "RelayUDP", Cases: relayUDPCases,
-		Available: func() string { return needTools() }})
+	register(Suite{Group: "relay", Name: "RelayIperf3", Cases: relayIperf3Cases, Metric: "Gbit/s",
+		Available: func() string { return needTools("iperf3") }, Notes: peerNotes("haproxy", "socat")})
+	register(Suite{Group: "relay", Name: "RelayIdle", Cases: relayIdleCases, Metric: "KiB/conn",
+		Available: func() string { return needTools() }, Notes: peerNotes("haproxy")})
+	register(Suite{Group: "relay", Name: "RelayUDP", Cases: relayUDPCases, Metric: "p50-µs",
+		Available: func() string { return needTools() }, Notes: peerNotes("socat")})
 	register(Suite{Group: "relay", Name: "RelayStreams", Cases: relayStreamsCases,
 		Available: func() string { return needTools() }})
 }

@@ -44,10 +44,12 @@ func HigherIsBetter(unit string) bool {
 	switch {
 	case unit == "ns/op", unit == "sec/op", unit == "B/op", unit == "allocs/op":
 		return false
+	case strings.Contains(unit, "cpu"), strings.Contains(unit, "lat"),
+		strings.HasSuffix(unit, "ns"), strings.HasSuffix(unit, "µs"), strings.HasSuffix(unit, "ms"),
+		strings.HasSuffix(unit, "/conn"), unit == "pipes", unit == "lost", unit == "retries":
+		return false
 	case strings.HasSuffix(unit, "/s"), strings.HasPrefix(unit, "delivered"):
 		return true
-	case strings.Contains(unit, "cpu"), strings.Contains(unit, "lat"), strings.HasSuffix(unit, "ns"):
-		return false
 	}
 	return true
 }

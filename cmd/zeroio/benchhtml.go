@@ -7,6 +7,7 @@ import (
 	"image/color"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,6 +17,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/zeroio/zeroio/bench"
 )
 
 // chart is one SVG figure of the report. Series and Points are written as
@@ -282,9 +285,20 @@ func renderSVG(p *plot.Plot, w, h float64) (template.HTML, error) {
 }
 
 // pivotHTML renders the suite's rows as a table of medians and ratios.
-func pivotHTML(s *suiteResult, unit string, withRatio bool) template.HTML {
+// rowUnits lists the units a suite's rows are judged by, in order.
+func rowUnits(s *suiteResult) []string {
+	var us []string
+	for _, rw := range s.Rows {
+		if !slices.Contains(us, rw.Unit) {
+			us = append(us, rw.Unit)
+		}
+	}
+	return us
+}
+
+func pivotHTML(s *suiteResult, withRatio bool) template.HTML {
 	var b strings.Builder
-	b.WriteString("<table><tr><th>config</th>")
+	b.WriteString("<table><tr><th>config</th><th>unit</th>")
 	for _, im := range s.Impls {
 		fmt.Fprintf(&b, "<th>%s</th>", template.HTMLEscapeString(im))
 	}
@@ -293,9 +307,9 @@ func pivotHTML(s *suiteResult, unit string, withRatio bool) template.HTML {
 	}
 	b.WriteString("</tr>")
 	for _, rw := range s.Rows {
-		fmt.Fprintf(&b, "<tr><td>%s</td>", template.HTMLEscapeString(rw.Config))
+		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td>", template.HTMLEscapeString(rw.Config), template.HTMLEscapeString(rw.Unit))
 		for _, im := range s.Impls {
-			v, ok := medianOf(s, rw.Config, im, unit)
+			v, ok := medianOf(s, rw.Config, im, rw.Unit)
 			if !ok {
 				v = math.NaN()
 			}
@@ -370,11 +384,21 @@ func (r *report) writeHTML(w io.Writer) error {
 		hs := htmlSuite{suiteResult: s}
 		if s.Skipped == "" && len(s.Rows) > 0 {
 			var err error
-			hs.Charts, err = suiteCharts(s, s.Metric, !s.Higher)
-			if err != nil {
-				return err
+			for _, u := range rowUnits(s) {
+				sub := *s
+				sub.Rows = nil
+				for _, rw := range s.Rows {
+					if rw.Unit == u {
+						sub.Rows = append(sub.Rows, rw)
+					}
+				}
+				cs, err := suiteCharts(&sub, u, !bench.HigherIsBetter(u))
+				if err != nil {
+					return err
+				}
+				hs.Charts = append(hs.Charts, cs...)
 			}
-			hs.Table = pivotHTML(s, s.Metric, true)
+			hs.Table = pivotHTML(s, true)
 			any := false
 			for _, c := range s.Cases {
 				any = any || c.Medians["allocs/op"] > 0

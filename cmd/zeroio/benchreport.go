@@ -52,7 +52,11 @@ type suiteResult struct {
 }
 
 type row struct {
-	Config  string             `json:"config"`
+	Config string `json:"config"`
+	// Unit is what the row is judged by: the suite's metric, or, for cases
+	// that do not report it, their own main metric.
+	Unit    string             `json:"unit"`
+	Higher  bool               `json:"higher_is_better"`
 	Medians map[string]float64 `json:"medians"`
 	// Ratio is how many times better the best zeroio impl is than the best
 	// peer in Metric (above 1: zeroio wins), 0 when either is missing.
@@ -177,17 +181,18 @@ func (r *report) summarize() {
 			}
 		}
 		for _, cfg := range configs {
-			rw := row{Config: cfg, Medians: map[string]float64{}}
+			rw := row{Config: cfg, Unit: rowUnit(s, cfg), Medians: map[string]float64{}}
+			rw.Higher = bench.HigherIsBetter(rw.Unit)
 			for _, c := range s.Cases {
 				if c.Config != cfg {
 					continue
 				}
-				if v, ok := c.Medians[s.Metric]; ok {
+				if v, ok := c.Medians[rw.Unit]; ok {
 					rw.Medians[c.Impl] = v
 				}
 			}
 			better := func(a, b float64) bool {
-				if s.Higher {
+				if rw.Higher {
 					return a > b
 				}
 				return a < b
@@ -206,7 +211,7 @@ func (r *report) summarize() {
 				}
 			}
 			if rw.BestZero != "" && rw.BestPeer != "" && bz > 0 && bp > 0 {
-				if s.Higher {
+				if rw.Higher {
 					rw.Ratio = bz / bp
 				} else {
 					rw.Ratio = bp / bz
@@ -215,6 +220,37 @@ func (r *report) summarize() {
 			s.Rows = append(s.Rows, rw)
 		}
 	}
+}
+
+// rowUnit picks the unit a config is judged by: the suite's metric if its
+// cases report it, else a throughput they report, else ns/op.
+func rowUnit(s *suiteResult, cfg string) string {
+	var extra []string
+	for _, c := range s.Cases {
+		if c.Config != cfg {
+			continue
+		}
+		if _, ok := c.Medians[s.Metric]; ok {
+			return s.Metric
+		}
+		for u := range c.Medians {
+			switch u {
+			case "ns/op", "B/op", "allocs/op":
+			default:
+				extra = append(extra, u)
+			}
+		}
+	}
+	sort.Strings(extra)
+	for _, u := range extra {
+		if strings.HasSuffix(u, "/s") {
+			return u
+		}
+	}
+	if len(extra) > 0 {
+		return extra[0]
+	}
+	return "ns/op"
 }
 
 func (r *report) failures() int {
@@ -287,7 +323,11 @@ func (r *report) writeTable(w io.Writer) {
 				}
 				fmt.Fprintf(tw, "%s\t", formatValue(v))
 			}
-			fmt.Fprintf(tw, "%s\t%s\t\n", formatRatio(rw.Ratio), rw.BestPeer)
+			vs := rw.BestPeer
+			if rw.Unit != s.Metric {
+				vs += " (" + rw.Unit + ")"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t\n", formatRatio(rw.Ratio), vs)
 		}
 		tw.Flush()
 		for _, c := range s.Cases {
