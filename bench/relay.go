@@ -332,9 +332,9 @@ func peerNotes(peers ...string) func() []string {
 }
 
 func init() {
-	register(Suite{Group: "relay", Name: "RelayIperf3", Cases: relayIperf3Cases, Metric: "Gbit/s",
+	register(Suite{Group: "relay", Name: "RelayIperf3", Cases: relayIperf3Cases, Metric: "Gbit/s", AlsoChart: []string{"cpu-s/GiB"},
 		Available: func() string { return needTools("iperf3") }, Notes: peerNotes("haproxy", "socat")})
-	register(Suite{Group: "relay", Name: "RelayIdle", Cases: relayIdleCases, Metric: "KiB/conn",
+	register(Suite{Group: "relay", Name: "RelayIdle", Cases: relayIdleCases, Metric: "KiB/conn", AlsoChart: []string{"pipes"},
 		Available: func() string { return needTools() }, Notes: peerNotes("haproxy")})
 	register(Suite{Group: "relay", Name: "RelayUDP", Cases: relayUDPCases, Metric: "p50-µs",
 		Available: func() string { return needTools() }, Notes: peerNotes("socat")})

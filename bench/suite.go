@@ -34,6 +34,9 @@ type Suite struct {
 	// Metric is the unit the suite is judged by: "ns/op" (the default),
 	// "MB/s", or a unit the cases report with b.ReportMetric.
 	Metric string
+	// AlsoChart lists further units the report draws charts of (relay CPU
+	// seconds per GiB beside its throughput).
+	AlsoChart []string
 	// Notes reports what the suite found about its peers ("haproxy: not
 	// on PATH, skipped"), for the report.
 	Notes func() []string

@@ -156,7 +156,7 @@ func runSuites(o benchOptions, stderr io.Writer) (*report, error) {
 		if !contains(o.suites, s.Group) {
 			continue
 		}
-		sr := &suiteResult{Group: s.Group, Name: s.Name, Metric: s.Metric}
+		sr := &suiteResult{Group: s.Group, Name: s.Name, Metric: s.Metric, Also: s.AlsoChart}
 		if sr.Metric == "" {
 			sr.Metric = "ns/op"
 		}

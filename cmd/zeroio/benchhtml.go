@@ -149,7 +149,7 @@ func suiteCharts(s *suiteResult, unit string, logY bool) ([]chart, error) {
 	var out []chart
 	for _, g := range order {
 		p := plot.New()
-		title := fmt.Sprintf("Benchmark%s %s", s.Name, g)
+		title := strings.TrimSpace(fmt.Sprintf("Benchmark%s %s", s.Name, g)) + " — " + unit
 		p.Title.Text = title
 		p.X.Label.Text = xk
 		p.Y.Label.Text = unit
@@ -216,7 +216,7 @@ func suiteCharts(s *suiteResult, unit string, logY bool) ([]chart, error) {
 
 func barChart(s *suiteResult, unit string) (*chart, error) {
 	p := plot.New()
-	title := fmt.Sprintf("Benchmark%s", s.Name)
+	title := fmt.Sprintf("Benchmark%s — %s", s.Name, unit)
 	p.Title.Text = title
 	p.Y.Label.Text = unit
 	var names []string
@@ -393,6 +393,13 @@ func (r *report) writeHTML(w io.Writer) error {
 					}
 				}
 				cs, err := suiteCharts(&sub, u, !bench.HigherIsBetter(u))
+				if err != nil {
+					return err
+				}
+				hs.Charts = append(hs.Charts, cs...)
+			}
+			for _, u := range s.Also {
+				cs, err := suiteCharts(s, u, !bench.HigherIsBetter(u))
 				if err != nil {
 					return err
 				}

@@ -44,6 +44,7 @@ type suiteResult struct {
 	Higher  bool          `json:"higher_is_better"`
 	Skipped string        `json:"skipped,omitempty"`
 	Notes   []string      `json:"notes,omitempty"`
+	Also    []string      `json:"also_charted,omitempty"`
 	Cases   []*caseResult `json:"cases"`
 	// Rows pivot the cases: one per config, with the median of Metric for
 	// each impl and zeroio's ratio to the best peer.
