@@ -124,9 +124,9 @@ func init() {
 // poolCases compares zeroio's pools with the standard library and the Go
 // peers at each size, serially and with RunParallel. One op is Get, write
 // one byte, Put.
-func poolCases(quick bool) []Case {
+func poolCases(sc Scale) []Case {
 	sizes := poolSizes
-	if quick {
+	if sc < Full {
 		sizes = []int{64, 4096, 65536}
 	}
 	var cs []Case
@@ -160,7 +160,7 @@ func poolCases(quick bool) []Case {
 // Get and Put a 10-byte buffer from a pool of 10, serially. The article's
 // own BytePool spins forever when full and lets a double Put hand one slot
 // to two owners; Slab does neither, with its bound and checks on.
-func seedBytePoolCases(bool) []Case {
+func seedBytePoolCases(Scale) []Case {
 	return []Case{{"impl=zeroio-slab", func(b *testing.B) {
 		s, err := pool.NewSlab(pool.SlabOptions{SlotSize: 10, Slots: 10})
 		if err != nil {
@@ -191,7 +191,7 @@ func seedBytePoolCases(bool) []Case {
 // client, with make (bufpool's "malloc") beside the pools in each case:
 // overhead asks for more than half a shard (a plain allocation through the
 // pool); reuse asks and returns serially.
-func vsMallocCases(bool) []Case {
+func vsMallocCases(Scale) []Case {
 	var cs []Case
 	for _, sz := range []int{4, 64, 512, 16384} {
 		run := func(name string, op func()) {
@@ -231,10 +231,10 @@ func chaosSleep(r *rand.Rand) time.Duration {
 // BenchmarkChaos is bufpool's concurrent benchmark (seed 003): 100
 // goroutines each make 1000 buffers of non-uniform size, hold each for a
 // non-uniform time and release it, with 100-byte shards and 0..8 retries.
-func chaosCases(quick bool) []Case {
+func chaosCases(sc Scale) []Case {
 	const goroutines = 100
 	rounds := 1000
-	if quick {
+	if sc == Quick {
 		rounds = 100
 	}
 	// Each goroutine's generator is made once and reseeded per round, so

@@ -16,11 +16,11 @@ import (
 // descriptors it holds. The standard library's io.Copy relay holds two
 // pipes (four descriptors) per idle connection, so it runs only at 500
 // connections: at 5,000 it would pass the 20,000-descriptor limit.
-func relayIdleCases(quick bool) []Case {
+func relayIdleCases(sc Scale) []Case {
 	var cs []Case
 	for _, n := range []int{500, 5000} {
 		for _, impl := range []string{"zeroio", "iocopy", "copy64k", "haproxy"} {
-			if n > 500 && impl == "iocopy" || quick && n > 500 || !havePeer(impl) {
+			if n > 500 && impl == "iocopy" || sc < Full && n > 500 || !havePeer(impl) {
 				continue
 			}
 			cs = append(cs, Case{fmt.Sprintf("conns=%d/impl=%s", n, impl), func(b *testing.B) {

@@ -20,10 +20,13 @@ var relayImpls = []string{"direct", "zeroio", "iocopy", "copy64k", "haproxy", "s
 // One op is one iperf3 run moving a fixed number of bytes; the metrics
 // are iperf3's receiver throughput and the relay process's CPU seconds
 // (user+system, children included) per GiB moved.
-func relayIperf3Cases(quick bool) []Case {
+func relayIperf3Cases(sc Scale) []Case {
 	size := int64(1 << 30)
-	if quick {
+	switch sc {
+	case Quick:
 		size = 256 << 20
+	case Default:
+		size = 512 << 20
 	}
 	var cs []Case
 	for _, dir := range []string{"up", "down"} {

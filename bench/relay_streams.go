@@ -16,9 +16,9 @@ import (
 // backend, each sending its own random bytes and checking the SHA-256 of
 // what comes back after the half-close. One op moves every stream; any
 // lost or corrupted byte fails the benchmark.
-func relayStreamsCases(quick bool) []Case {
+func relayStreamsCases(sc Scale) []Case {
 	n := 1000
-	if quick {
+	if sc == Quick {
 		n = 200
 	}
 	var cs []Case

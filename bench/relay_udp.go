@@ -13,7 +13,7 @@ import (
 // server (one op is one round trip; p50 and p99 are reported), and a
 // windowed flood of 1400-byte datagrams to a counting sink (one op is one
 // datagram sent; the delivered rate and share are reported).
-func relayUDPCases(quick bool) []Case {
+func relayUDPCases(Scale) []Case {
 	var cs []Case
 	for _, impl := range []string{"direct", "zeroio", "stdnet", "socat"} {
 		if !havePeer(impl) {

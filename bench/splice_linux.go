@@ -155,7 +155,7 @@ var spliceImpls = []struct {
 }
 
 // spliceCases copy size bytes per op between the ends of each pair.
-func spliceCases(quick bool) []Case {
+func spliceCases(sc Scale) []Case {
 	var cs []Case
 	pairs := []struct{ name, src, dst string }{
 		{"tcp-to-tcp", "tcp", "tcp"},
@@ -167,7 +167,8 @@ func spliceCases(quick bool) []Case {
 	}
 	for _, p := range pairs {
 		for size := 1 << 10; size <= 1<<20; size <<= 2 {
-			if quick && size != 1<<10 && size != 1<<16 {
+			if sc == Quick && size != 1<<10 && size != 1<<16 ||
+				sc == Default && size != 1<<12 && size != 1<<16 && size != 1<<20 {
 				continue
 			}
 			for _, impl := range spliceImpls {

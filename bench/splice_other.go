@@ -4,7 +4,7 @@ package bench
 
 func init() {
 	register(Suite{Group: "splice", Name: "Splice", Metric: "MB/s",
-		Cases: func(bool) []Case { return nil },
+		Cases: func(Scale) []Case { return nil },
 		// The peers are child processes handed socketpair(2) ends through
 		// ExtraFiles, and elsewhere splice.Copy is a buffered copy like
 		// io.Copy: there is nothing zero-copy to measure.

@@ -25,9 +25,8 @@ type Suite struct {
 	// Name is the Benchmark function's name without "Benchmark": "Pool"
 	// runs as BenchmarkPool.
 	Name string
-	// Cases returns the cases; quick asks for a subset that runs in
-	// seconds.
-	Cases func(quick bool) []Case
+	// Cases returns the cases for a scale.
+	Cases func(sc Scale) []Case
 	// Available reports why the suite cannot run here ("" if it can):
 	// missing external programs or kernel features.
 	Available func() string
@@ -56,6 +55,19 @@ func HigherIsBetter(unit string) bool {
 	}
 	return true
 }
+
+// Scale says how much of a suite to run.
+type Scale int
+
+const (
+	// Quick is a smoke run: every suite in seconds (CI).
+	Quick Scale = iota
+	// Default is what `zeroio bench` runs with no flags: the configurations
+	// that show each comparison, in a few minutes on 2 cores.
+	Default
+	// Full is every configuration: `go test -bench` and `zeroio bench --full`.
+	Full
+)
 
 var registry []Suite
 
@@ -118,7 +130,7 @@ func runSuite(b *testing.B, name string) {
 				b.Skip(why)
 			}
 		}
-		for _, c := range s.Cases(false) {
+		for _, c := range s.Cases(Full) {
 			b.Run(c.Name, c.F)
 		}
 		return

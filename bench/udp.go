@@ -262,12 +262,13 @@ func init() {
 
 // udpCases are seed 000's loopback benchmark: each op sends n 64-byte
 // datagrams and reads the n back, on one goroutine.
-func udpCases(quick bool) []Case {
+func udpCases(sc Scale) []Case {
 	const size = 64
 	var cs []Case
 	for _, impl := range udpImpls {
 		for n := 1; n <= 512; n *= 2 {
-			if quick && n != 1 && n != 16 && n != 512 {
+			if sc == Quick && n != 1 && n != 16 && n != 512 ||
+				sc == Default && n != 1 && n != 4 && n != 16 && n != 64 && n != 512 {
 				continue
 			}
 			cs = append(cs, Case{fmt.Sprintf("impl=%s/n=%d", impl.name, n), func(b *testing.B) {
@@ -311,7 +312,7 @@ const udpWindow = 4096
 // are counted, never waited for: the sender stops waiting for credit after
 // 50 ms without progress, and the receiver gives up 200 ms after the sender
 // is done and nothing arrives.
-func udpThroughputCases(bool) []Case {
+func udpThroughputCases(Scale) []Case {
 	const size, batch = 1400, 128
 	var cs []Case
 	for _, impl := range udpImpls {

@@ -21,6 +21,8 @@ const benchUsage = `Usage: zeroio bench [flags]
 Runs zeroio against its peers on loopback, interleaved in one process
 (every peer and zeroio once per round, for --count rounds) so that a noisy
 machine's drift hits all of them alike, and reports medians and ratios.
+With no flags it runs the configurations that show each comparison, in a
+few minutes on 2 cores; --full runs every size, batch and chunk.
 
 Suites:
   pool    byte-buffer pools: zeroio Sized, Slab, Arena against make,
@@ -45,6 +47,7 @@ type benchOptions struct {
 	suites    []string
 	count     int
 	quick     bool
+	full      bool
 	out       string
 	json      bool
 	benchtime time.Duration
@@ -61,6 +64,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	suites := fs.String("suite", strings.Join(bench.Groups, ","), "comma-separated suites to run: "+strings.Join(bench.Groups, ", "))
 	fs.IntVar(&o.count, "count", 6, "rounds: samples per benchmark (medians need at least 6)")
 	fs.BoolVar(&o.quick, "quick", false, "smoke run under a minute: fewer cases, 2 rounds, short runs (for CI)")
+	fs.BoolVar(&o.full, "full", false, "every configuration the go test suites have (every size, batch and chunk): about 12 minutes")
 	fs.StringVar(&o.out, "out", "bench-out", "directory for table.txt, bench.txt, results.json and report.html")
 	fs.BoolVar(&o.json, "json", false, "print results.json to stdout instead of the table")
 	fs.DurationVar(&o.benchtime, "benchtime", 0, "target time per sample (default 100ms, 10ms with --quick)")
@@ -87,6 +91,9 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	if len(o.suites) == 0 {
 		return o, errors.New("no suite selected")
 	}
+	if o.quick && o.full {
+		return o, errors.New("--quick and --full exclude each other")
+	}
 	if o.quick {
 		if !flagSet(fs, "count") {
 			o.count = 2
@@ -102,6 +109,16 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 		return o, fmt.Errorf("--count must be at least 1, got %d", o.count)
 	}
 	return o, nil
+}
+
+func (o benchOptions) scale() bench.Scale {
+	switch {
+	case o.quick:
+		return bench.Quick
+	case o.full:
+		return bench.Full
+	}
+	return bench.Default
 }
 
 func flagSet(fs *flag.FlagSet, name string) bool {
@@ -170,7 +187,7 @@ func runSuites(o benchOptions, stderr io.Writer) (*report, error) {
 		if s.Notes != nil {
 			sr.Notes = s.Notes()
 		}
-		for _, c := range s.Cases(o.quick) {
+		for _, c := range s.Cases(o.scale()) {
 			cr := &caseResult{Suite: s.Name, Group: s.Group, Name: c.Name, Impl: bench.Impl(c.Name), Config: bench.Config(c.Name), f: c.F}
 			sr.Cases = append(sr.Cases, cr)
 			all = append(all, cr)

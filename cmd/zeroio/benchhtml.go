@@ -356,7 +356,7 @@ figcaption i{display:inline-block;width:14px;height:4px;vertical-align:middle;ma
 <dt>cores</dt><dd>{{.R.Machine.Cores}} (GOMAXPROCS {{.R.Machine.GOMAXPROCS}})</dd>
 <dt>kernel</dt><dd>{{.R.Machine.GOOS}}/{{.R.Machine.GOARCH}} {{.R.Machine.Kernel}}</dd>
 <dt>Go</dt><dd>{{.R.Machine.Go}}</dd>
-<dt>mode</dt><dd>{{if .R.Quick}}--quick (a smoke run: too short to judge by){{else}}default{{end}}</dd>
+<dt>mode</dt><dd>{{if .R.Quick}}--quick (a smoke run: too short to judge by){{else if .R.Full}}--full (every configuration){{else}}default (representative configurations; --full runs all){{end}}</dd>
 </dl>
 {{range .Suites}}<section id="{{.Group}}-{{.Name}}">
 <h2>{{.Group}} · Benchmark{{.Name}}</h2>

@@ -24,6 +24,7 @@ type report struct {
 	Finished time.Time      `json:"finished"`
 	Count    int            `json:"count"`
 	Quick    bool           `json:"quick"`
+	Full     bool           `json:"full"`
 	Suites   []*suiteResult `json:"suites"`
 }
 
@@ -88,7 +89,7 @@ type sample struct {
 }
 
 func newReport(o benchOptions) *report {
-	return &report{Machine: readMachine(), Started: time.Now(), Count: o.count, Quick: o.quick}
+	return &report{Machine: readMachine(), Started: time.Now(), Count: o.count, Quick: o.quick, Full: o.full}
 }
 
 func readMachine() machine {
