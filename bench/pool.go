@@ -191,9 +191,13 @@ func seedBytePoolCases(Scale) []Case {
 // client, with make (bufpool's "malloc") beside the pools in each case:
 // overhead asks for more than half a shard (a plain allocation through the
 // pool); reuse asks and returns serially.
-func vsMallocCases(Scale) []Case {
+func vsMallocCases(sc Scale) []Case {
+	sizes := []int{4, 64, 512, 16384}
+	if sc < Full {
+		sizes = []int{64, 16384}
+	}
 	var cs []Case
-	for _, sz := range []int{4, 64, 512, 16384} {
+	for _, sz := range sizes {
 		run := func(name string, op func()) {
 			cs = append(cs, Case{fmt.Sprintf("size=%d/case=%s", sz, name), func(b *testing.B) {
 				op()

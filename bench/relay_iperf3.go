@@ -22,11 +22,8 @@ var relayImpls = []string{"direct", "zeroio", "iocopy", "copy64k", "haproxy", "s
 // (user+system, children included) per GiB moved.
 func relayIperf3Cases(sc Scale) []Case {
 	size := int64(1 << 30)
-	switch sc {
-	case Quick:
+	if sc < Full {
 		size = 256 << 20
-	case Default:
-		size = 512 << 20
 	}
 	var cs []Case
 	for _, dir := range []string{"up", "down"} {

@@ -67,7 +67,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.BoolVar(&o.full, "full", false, "every configuration the go test suites have (every size, batch and chunk): about 12 minutes")
 	fs.StringVar(&o.out, "out", "bench-out", "directory for table.txt, bench.txt, results.json and report.html")
 	fs.BoolVar(&o.json, "json", false, "print results.json to stdout instead of the table")
-	fs.DurationVar(&o.benchtime, "benchtime", 0, "target time per sample (default 100ms, 10ms with --quick)")
+	fs.DurationVar(&o.benchtime, "benchtime", 0, "target time per sample (default 60ms; 10ms with --quick, 100ms with --full)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -103,7 +103,10 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 		}
 	}
 	if o.benchtime == 0 {
-		o.benchtime = 100 * time.Millisecond
+		o.benchtime = 60 * time.Millisecond
+		if o.full {
+			o.benchtime = 100 * time.Millisecond
+		}
 	}
 	if o.count < 1 {
 		return o, fmt.Errorf("--count must be at least 1, got %d", o.count)
