@@ -77,14 +77,23 @@ func udpPeer(b *testing.B, impl string, echo bool, count *atomic.Int64, wake cha
 	return p.addr, func() { p.stop(); srv.Close() }
 }
 
-func runUDPPingPong(b *testing.B, impl string, size int) {
-	addr, stop := udpPeer(b, impl, true, nil, nil)
-	defer stop()
-	ra, _ := net.ResolveUDPAddr("udp4", addr)
+// dialUDP connects a client socket to the relay (or the peer) at addr.
+func dialUDP(b *testing.B, addr string) *net.UDPConn {
+	ra, err := net.ResolveUDPAddr("udp4", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
 	c, err := net.DialUDP("udp4", nil, ra)
 	if err != nil {
 		b.Fatal(err)
 	}
+	return c
+}
+
+func runUDPPingPong(b *testing.B, impl string, size int) {
+	addr, stop := udpPeer(b, impl, true, nil, nil)
+	defer stop()
+	c := dialUDP(b, addr)
 	defer c.Close()
 	msg := make([]byte, size)
 	buf := make([]byte, 2048)
@@ -131,11 +140,7 @@ func runUDPFlood(b *testing.B, impl string, size int) {
 	wake := make(chan struct{}, 1)
 	addr, stop := udpPeer(b, impl, false, &got, wake)
 	defer stop()
-	ra, _ := net.ResolveUDPAddr("udp4", addr)
-	c, err := net.DialUDP("udp4", nil, ra)
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := dialUDP(b, addr)
 	defer c.Close()
 	msg := make([]byte, size)
 	// Set up the session first.
