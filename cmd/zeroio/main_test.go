@@ -167,6 +167,26 @@ func echoServer(t *testing.T, network, addr string) net.Listener {
 	return ln
 }
 
+// udpEchoServer is a UDP echo backend on 127.0.0.1.
+func udpEchoServer(t *testing.T) net.PacketConn {
+	c, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			c.WriteTo(buf[:n], from)
+		}
+	}()
+	return c
+}
+
 func roundTrip(c net.Conn, size int, seed uint64) error {
 	c.SetDeadline(time.Now().Add(60 * time.Second))
 	data := make([]byte, size)
@@ -278,21 +298,7 @@ func TestRelayBinary(t *testing.T) {
 	unixBackend := filepath.Join(dir, "b.sock")
 	echoServer(t, "unix", unixBackend)
 	unixListen := filepath.Join(dir, "l.sock")
-	udpEcho, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer udpEcho.Close()
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			n, from, err := udpEcho.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			udpEcho.WriteTo(buf[:n], from)
-		}
-	}()
+	udpEcho := udpEchoServer(t)
 	mln, _ := net.Listen("tcp", "127.0.0.1:0")
 	metrics := mln.Addr().String()
 	mln.Close()
