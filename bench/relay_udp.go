@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/zeroio/zeroio/udp"
 )
 
 // relayUDPCases: 64-byte ping-pong through each UDP relay to an echo
@@ -48,24 +50,20 @@ func udpPeer(b *testing.B, impl string, echo bool, count *atomic.Int64, wake cha
 		b.Fatal(err)
 	}
 	srv.SetReadBuffer(4 << 20)
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			n, from, err := srv.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				return
-			}
-			if echo {
-				srv.WriteToUDPAddrPort(buf[:n], from)
-			} else {
-				count.Add(1)
-				select {
-				case wake <- struct{}{}:
-				default:
+	if echo {
+		go func() {
+			buf := make([]byte, 2048)
+			for {
+				n, from, err := srv.ReadFromUDPAddrPort(buf)
+				if err != nil {
+					return
 				}
+				srv.WriteToUDPAddrPort(buf[:n], from)
 			}
-		}
-	}()
+		}()
+	} else {
+		go countDatagrams(srv, count, wake)
+	}
 	if impl == "direct" {
 		return srv.LocalAddr().String(), func() { srv.Close() }
 	}
@@ -130,25 +128,66 @@ func runUDPPingPong(b *testing.B, impl string, size int) {
 	b.ReportMetric(float64(lost), "lost")
 }
 
+// countDatagrams counts the datagrams that reach c, reading them in batches (with
+// GRO where the kernel has it) so that the counting end is never what
+// limits a flood.
+func countDatagrams(c *net.UDPConn, count *atomic.Int64, wake chan struct{}) {
+	uc, err := udp.NewConn(c, nil)
+	if err != nil {
+		return
+	}
+	msgs := make([]udp.Message, 64)
+	for i := range msgs {
+		msgs[i].Buf = make([]byte, 2048)
+	}
+	for {
+		n, err := uc.ReadBatch(msgs)
+		if err != nil {
+			return
+		}
+		count.Add(int64(n))
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // runUDPFlood keeps at most window datagrams in flight (sent but not yet
 // counted by the sink), so the rate measured is what the relay sustains
 // rather than what the kernel drops; a window that stalls for 20 ms is
 // written off as lost. A full window blocks on the sink's signal rather
 // than spinning, which would take a core from the relay.
+//
+// The client sends with sendmmsg, up to 32 datagrams a call, each its own
+// UDP packet (no GSO: the relay gets what most clients send), and the sink
+// reads in batches: the two ends cost little per datagram, so the rate is
+// the relay's, not the load generator's (with one datagram per call at each
+// end, direct delivery itself topped out near 400k/s here). The window of
+// 128 is what socat and the stdlib relay forward with at most 0.02% lost
+// on this machine; at 256 socat loses more and slows down.
 func runUDPFlood(b *testing.B, impl string, size int) {
 	var got atomic.Int64
 	wake := make(chan struct{}, 1)
 	addr, stop := udpPeer(b, impl, false, &got, wake)
 	defer stop()
-	c := dialUDP(b, addr)
+	nc := dialUDP(b, addr)
+	c, err := udp.NewConn(nc, &udp.Options{DisableGSO: true, DisableGRO: true})
+	if err != nil {
+		nc.Close()
+		b.Fatal(err)
+	}
 	defer c.Close()
-	msg := make([]byte, size)
+	const window, batch = 128, 32
+	msgs := make([]udp.Message, batch)
+	for i := range msgs {
+		msgs[i].Buf = make([]byte, size)
+	}
 	// Set up the session first.
 	for i := 0; got.Load() == 0 && i < 100; i++ {
-		c.Write(msg)
+		c.WriteBatch(msgs[:1])
 		time.Sleep(10 * time.Millisecond)
 	}
-	const window = 64
 	b.ReportAllocs()
 	b.SetBytes(int64(size))
 	got.Store(0)
@@ -159,10 +198,13 @@ func runUDPFlood(b *testing.B, impl string, size int) {
 	defer stall.Stop()
 	for sent < int64(b.N) {
 		g := got.Load()
-		if written-g < window {
-			c.Write(msg)
-			sent++
-			written++
+		if room := min(window-(written-g), int64(b.N)-sent, batch); room > 0 {
+			n, err := c.WriteAll(msgs[:room])
+			if err != nil && n == 0 {
+				b.Fatal(err)
+			}
+			sent += int64(n)
+			written += int64(n)
 			continue
 		}
 		stall.Reset(20 * time.Millisecond)
