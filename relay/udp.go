@@ -41,6 +41,7 @@ type session struct {
 	ifidx  int
 	up     *udp.Conn
 	rc     syscall.RawConn
+	reply  replyState   // the Linux read callback's state; session goroutine only
 	last   atomic.Int64 // unix nanoseconds of the last datagram either way
 	out    []udp.Message
 }
@@ -221,50 +222,40 @@ func (s *session) run(timeout time.Duration) {
 	// and re-arming the runtime timer for every datagram is avoided.
 	s.up.SetReadDeadline(time.Unix(0, s.last.Load()).Add(timeout))
 	for {
-		if err := s.waitReadable(); err != nil {
-			if errors.Is(err, net.ErrClosed) || !isTimeout(err) {
-				return
-			}
+		err := s.relayReplies()
+		switch {
+		case err == nil:
+		case errors.Is(err, net.ErrClosed):
+			return
+		case isTimeout(err):
 			deadline := time.Unix(0, s.last.Load()).Add(timeout)
 			if !time.Now().Before(deadline) {
 				u.rt.srv.log.Debug("UDP session expired", "route", u.rt.name, "client", s.client)
 				return
 			}
 			s.up.SetReadDeadline(deadline)
-			continue
 		}
-		if !s.relayReplies() {
-			return
-		}
+		// Other errors (ECONNREFUSED: the target's port answered ICMP
+		// unreachable) keep the session: the target may come back.
 	}
 }
 
-// relayReplies reads what is waiting on the upstream socket and sends it to
-// the client from the address the client used. It reports false when the
-// session must end.
-func (s *session) relayReplies() bool {
-	st := &s.u.rt.st
-	b := batches.Get().(*batch)
-	for i := range b.bufs {
-		b.bufs[i] = pool.Get(maxDatagram)
-		b.in[i] = udp.Message{Buf: b.bufs[i]}
+// release returns the first n reply buffers to the pool and b to batches.
+func (b *batch) release(n int) {
+	for i := range n {
+		pool.Put(b.bufs[i])
+		b.bufs[i] = nil
 	}
-	defer func() {
-		for i := range b.bufs {
-			pool.Put(b.bufs[i])
-			b.bufs[i] = nil
-		}
-		clear(b.in[:])
-		clear(b.out[:])
-		batches.Put(b)
-	}()
-	n, err := s.up.ReadBatch(b.in[:])
-	if err != nil {
-		// ECONNREFUSED (the target's port answered ICMP unreachable)
-		// keeps the session: the target may come back.
-		return !errors.Is(err, net.ErrClosed)
-	}
+	clear(b.in[:])
+	clear(b.out[:])
+	batches.Put(b)
+}
+
+// sendReplies sends the n replies in b to the client from the address the
+// client used. It reports false when the route's socket is closed.
+func (s *session) sendReplies(b *batch, n int) bool {
 	s.last.Store(time.Now().UnixNano())
+	st := &s.u.rt.st
 	out := b.out[:0]
 	for _, m := range b.in[:n] {
 		if m.Truncated {

@@ -1,19 +1,85 @@
 package relay
 
-import "golang.org/x/sys/unix"
+import (
+	"net"
+	"os"
 
-// waitReadable blocks until the upstream socket has a datagram (or the
-// read deadline passes) without holding a buffer, so an idle session
-// keeps no memory but its socket and goroutine.
+	"github.com/zeroio/zeroio/pool"
+	"github.com/zeroio/zeroio/udp"
+	"golang.org/x/sys/unix"
+)
+
+// replyState is what relayInto, the RawConn.Read callback of a session's
+// upstream socket, works on. The method value is bound once per session,
+// so relaying allocates nothing.
+type replyState struct {
+	err error
+	fn  func(fd uintptr) bool
+}
+
+// relayReplies moves the target's replies to the client until the read
+// deadline passes, the socket fails or the route closes, and returns why.
 //
-// The callback must look before declining: RawConn.Read resets the
-// poller's readiness before the first call (internal/poll prepareRead),
-// and with edge-triggered epoll a datagram that arrived earlier would
-// never wake the wait. poll(2) with a zero timeout checks the queue.
-func (s *session) waitReadable() error {
-	return s.rc.Read(func(fd uintptr) bool {
-		p := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		n, err := unix.Poll(p[:], 0)
-		return n > 0 || (err != nil && err != unix.EINTR)
-	})
+// It is one RawConn.Read whose callback reads what the upstream socket
+// holds, up to replyBatch datagrams at a time, sends them on, and declines
+// (so the netpoller waits) once read(2) finds the socket empty. An idle
+// session holds no buffer: each read(2) takes a pooled buffer, and an
+// empty socket gives it back at once. Waiting right after the read that
+// found the socket empty, within the same RawConn.Read, costs one read(2)
+// per wake: a wait that began in a new RawConn.Read would first have to
+// look again (it resets the poller's readiness, and edge-triggered epoll
+// reports only datagrams that arrive later).
+//
+// The socket is connected, so read(2) gets only the target's datagrams,
+// and a 65,535-byte buffer holds any UDP payload whole.
+func (s *session) relayReplies() error {
+	r := &s.reply
+	if r.fn == nil {
+		r.fn = s.relayInto
+	}
+	r.err = nil
+	err := s.rc.Read(r.fn)
+	if err == nil {
+		err = r.err
+	}
+	r.err = nil
+	return err
+}
+
+func (s *session) relayInto(fd uintptr) bool {
+	r := &s.reply
+	for {
+		b := batches.Get().(*batch)
+		n, empty := 0, false
+		for n < replyBatch {
+			buf := pool.Get(maxDatagram)
+			k, err := unix.Read(int(fd), buf)
+			if err == unix.EINTR {
+				pool.Put(buf)
+				continue
+			}
+			if err != nil {
+				pool.Put(buf)
+				if err != unix.EAGAIN {
+					r.err = os.NewSyscallError("read", err) // ECONNREFUSED and the like
+				}
+				empty = true
+				break
+			}
+			b.bufs[n] = buf
+			b.in[n] = udp.Message{Buf: buf, N: k}
+			n++
+		}
+		ok := n == 0 || s.sendReplies(b, n)
+		b.release(n)
+		switch {
+		case !ok:
+			r.err = net.ErrClosed
+			return true
+		case r.err != nil:
+			return true
+		case empty:
+			return false // wait for more
+		}
+	}
 }
