@@ -163,19 +163,35 @@ func (t *tally) moved(p path, n int) {
 	t.bytes[p] += int64(n)
 }
 
-// flush adds t to the process-wide counters and clears it.
+// flush adds t to the process-wide counters, pinning to a P once for all
+// of them rather than once per counter as add does, and clears t.
 func (t *tally) flush() {
-	add(copiesBy[t.last], 1)
+	id := percpu.Pin()
+	if id < len(shards) {
+		s := &shards[id]
+		percpu.Acquire(unsafe.Pointer(s))
+		t.each(func(i counter, d uint64) { percpu.Add(&s.c[i], d) })
+		percpu.Release(unsafe.Pointer(s))
+		percpu.Unpin()
+	} else {
+		percpu.Unpin()
+		t.each(func(i counter, d uint64) { overflow[i].Add(d) })
+	}
+	*t = tally{}
+}
+
+// each calls f with every counter t adds to and the amount.
+func (t *tally) each(f func(counter, uint64)) {
+	f(copiesBy[t.last], 1)
 	for p, n := range t.bytes {
 		if n != 0 {
-			add(bytesBy[p], uint64(n))
+			f(bytesBy[p], uint64(n))
 		}
 	}
 	if t.fellBack {
-		add(cFallbacks, 1)
+		f(cFallbacks, 1)
 	}
 	if t.rescuedIn != 0 {
-		add(cRescued, uint64(t.rescuedIn))
+		f(cRescued, uint64(t.rescuedIn))
 	}
-	*t = tally{}
 }
