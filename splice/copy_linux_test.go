@@ -19,8 +19,16 @@ import (
 
 // wantPath is the path a pair is expected to take.
 func wantPath(src, dst string, limit int64) path {
+	sock := func(e string) bool { return e == "tcp" || e == "unix" }
+	zeroCopy := limit == 0 || limit >= minZeroCopy
 	switch {
-	case limit > 0 && limit <= smallCopy, src == "unix" && dst == "tcp":
+	case src == "unix" && dst == "tcp":
+		return pathBuffer
+	case src == "file" && sock(dst) && zeroCopy:
+		return pathSendfile
+	case sock(src) && sock(dst) && zeroCopy:
+		return pathSplice
+	case limit > 0 && limit <= smallCopy:
 		return pathBuffer
 	case src == "file" && dst == "file":
 		return pathCopyFileRange
@@ -42,7 +50,7 @@ func TestEveryPair(t *testing.T) {
 	data := payload(size, 1)
 	for _, se := range ends {
 		for _, de := range ends {
-			for _, lim := range []int64{0, 10_000, 1<<20 + 7, size + 100} {
+			for _, lim := range []int64{0, 1000, 10_000, 1<<20 + 7, size + 100} {
 				name := se.name + "-to-" + de.name + "/limit=" + itoa(int(lim))
 				t.Run(name, func(t *testing.T) {
 					src := se.src(t, data)
@@ -73,6 +81,38 @@ func TestEveryPair(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestSendfileProbe: a copy from an *os.File to a socket tries sendfile(2)
+// before it knows what the file is. A pipe refuses it with EINVAL before
+// giving up a byte; the copy then reads the pipe, and the refused probe
+// counts neither as a sendfile copy nor as a fallback.
+func TestSendfileProbe(t *testing.T) {
+	for _, lim := range []int64{10_000, 1 << 20} {
+		t.Run("limit="+itoa(int(lim)), func(t *testing.T) {
+			data := payload(3<<20, 9)
+			r, w := pipePair(t)
+			done := feed(w, data)
+			dst := ends[0].dst(t) // tcp
+			before := ReadStats()
+			n, err := CopyN(dst.dst, r, lim)
+			after := ReadStats()
+			if err != nil || n != lim {
+				t.Fatalf("CopyN = %d, %v; want %d, nil", n, err, lim)
+			}
+			if got := dst.result(); !bytes.Equal(got, data[:lim]) {
+				t.Fatalf("dst got %d bytes, want the first %d", len(got), lim)
+			}
+			rest, err := io.ReadAll(r)
+			if err != nil || !bytes.Equal(rest, data[lim:]) {
+				t.Fatalf("pipe rest: %d bytes, %v; want %d", len(rest), err, len(data)-int(lim))
+			}
+			done()
+			if after.SendfileCopies != before.SendfileCopies || after.Fallbacks != before.Fallbacks {
+				t.Errorf("stats before %+v after %+v", before, after)
+			}
+		})
 	}
 }
 

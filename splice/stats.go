@@ -26,7 +26,9 @@ type Stats struct {
 
 	// Fallbacks counts copies where the kernel refused a zero-copy path
 	// (EINVAL, ENOSYS, EOPNOTSUPP, EXDEV before any byte moved) and the
-	// copy continued by another path.
+	// copy continued by another path. The sendfile(2) a copy from an
+	// *os.File tries before it knows what the file is does not count when
+	// the file turns out not to be a regular one.
 	Fallbacks uint64
 	// Rescued counts bytes read back out of a pipe and written to dst
 	// with Write because dst refused splice(2) after src had filled the
