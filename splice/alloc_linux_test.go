@@ -73,33 +73,38 @@ func TestZeroAllocs(t *testing.T) {
 		}, tcpDst, nil},
 		{"tcp-to-discard", tcpSrc, func(*testing.T) io.Writer { return io.Discard }, nil},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			src, dst := c.src(t), c.dst(t)
-			if br, ok := src.(*bytes.Reader); ok {
-				data := make([]byte, size)
-				c.reset = func() { br.Reset(data) }
-			}
-			var err error
-			var n int64
-			run := func() {
-				if c.reset != nil {
-					c.reset()
+	// 1 KiB and 4 KiB take the short-copy paths (read and write, or
+	// sendfile and splice from minZeroCopy), 64 KiB the long ones.
+	for _, n := range []int64{1 << 10, minZeroCopy, size} {
+		for _, c := range cases {
+			t.Run(c.name+"/size="+itoa(int(n)), func(t *testing.T) {
+				src, dst := c.src(t), c.dst(t)
+				reset := c.reset
+				if br, ok := src.(*bytes.Reader); ok {
+					data := make([]byte, n)
+					reset = func() { br.Reset(data) }
 				}
-				n, err = CopyN(dst, src, size)
-			}
-			run()
-			allocs := testing.AllocsPerRun(200, run)
-			if err != nil || n != size {
-				t.Fatalf("CopyN = %d, %v", n, err)
-			}
-			if allocs != 0 {
-				t.Fatalf("%v allocations per copy", allocs)
-			}
-			if c, ok := dst.(net.Conn); ok {
-				c.Close()
-			}
-		})
+				var err error
+				var got int64
+				run := func() {
+					if reset != nil {
+						reset()
+					}
+					got, err = CopyN(dst, src, n)
+				}
+				run()
+				allocs := testing.AllocsPerRun(200, run)
+				if err != nil || got != n {
+					t.Fatalf("CopyN = %d, %v", got, err)
+				}
+				if allocs != 0 {
+					t.Fatalf("%v allocations per copy", allocs)
+				}
+				if c, ok := dst.(net.Conn); ok {
+					c.Close()
+				}
+			})
+		}
 	}
 }
 
