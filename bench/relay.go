@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"runtime"
 	"strings"
 	"time"
@@ -85,6 +86,13 @@ func relayChild(impl, target string) int {
 		addr = ln.Addr().String()
 	default:
 		return fail(fmt.Errorf("unknown impl %q", impl))
+	}
+	if path := os.Getenv("ZEROIO_RELAY_CPUPROFILE"); path != "" {
+		// For profiling a relay while a benchmark drives it.
+		if f, err := os.Create(path); err == nil {
+			pprof.StartCPUProfile(f)
+			defer func() { pprof.StopCPUProfile(); f.Close() }()
+		}
 	}
 	fmt.Printf("LISTEN %s\n", addr)
 	io.Copy(io.Discard, os.Stdin) // until the parent closes it
