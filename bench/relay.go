@@ -8,8 +8,8 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime/pprof"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
