@@ -1,7 +1,11 @@
 package relay
 
 import (
+	"fmt"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,4 +62,50 @@ func TestSocketOptions(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUDPBuffer checks that a UDP route's listening socket gets the
+// buffers the route asks for, or the default: as much as the kernel
+// grants (it reports twice the size, and caps an unprivileged request at
+// net.core.rmem_max and wmem_max).
+func TestUDPBuffer(t *testing.T) {
+	e := udpEcho(t, "udp4", "127.0.0.1:0")
+	for _, want := range []int{0, 1 << 20} {
+		t.Run(fmt.Sprint(want), func(t *testing.T) {
+			s := startRelay(t, udpRoute0("127.0.0.1:0", e.LocalAddr(), func(r *Route) { r.UDPBuffer = want }))
+			if want == 0 {
+				want = DefaultUDPBuffer
+			}
+			s.mu.Lock()
+			rc, err := s.routes["u"].udp.ln.SyscallConn()
+			s.mu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rcv, snd int
+			rc.Control(func(fd uintptr) {
+				rcv, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+				snd, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
+			})
+			rmax, wmax := sysctlInt(t, "net/core/rmem_max"), sysctlInt(t, "net/core/wmem_max")
+			if os.Geteuid() == 0 {
+				rmax, wmax = want, want // SO_RCVBUFFORCE, SO_SNDBUFFORCE
+			}
+			if rcv < 2*min(want, rmax) || snd < 2*min(want, wmax) {
+				t.Errorf("SO_RCVBUF %d, SO_SNDBUF %d; want at least 2x %d (rmem_max %d, wmem_max %d)", rcv, snd, want, rmax, wmax)
+			}
+		})
+	}
+}
+
+func sysctlInt(t *testing.T, name string) int {
+	b, err := os.ReadFile("/proc/sys/" + name)
+	if err != nil {
+		t.Skip(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

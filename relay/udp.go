@@ -51,7 +51,9 @@ func listenUDP(rt *route, r *Route) (*udpRoute, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := udp.Listen(r.Listen.Network, r.Listen.Address, &udp.Options{PacketInfo: true})
+	ln, err := udp.Listen(r.Listen.Network, r.Listen.Address, &udp.Options{
+		PacketInfo: true, ReadBuffer: r.UDPBuffer, WriteBuffer: r.UDPBuffer,
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,7 @@ type routeSpec struct {
 	Nagle              bool          `yaml:"nagle"`
 	SessionTimeout     time.Duration `yaml:"session_timeout"`
 	MaxSessions        int           `yaml:"max_sessions"`
+	UDPBuffer          int           `yaml:"udp_buffer"`
 }
 
 // fileConfig is the config file's top level.
@@ -146,7 +147,7 @@ func (s routeSpec) route() (relay.Route, error) {
 		MaxConns: s.MaxConns, MaxConnsPerClient: s.MaxConnsPerClient,
 		AcceptProxy: s.AcceptProxy, ProxyHeaderTimeout: s.ProxyHeaderTimeout,
 		KeepAlive: s.KeepAlive, Nagle: s.Nagle,
-		SessionTimeout: s.SessionTimeout, MaxSessions: s.MaxSessions,
+		SessionTimeout: s.SessionTimeout, MaxSessions: s.MaxSessions, UDPBuffer: s.UDPBuffer,
 	}
 	for _, l := range []struct {
 		what string
@@ -170,7 +171,7 @@ func (s routeSpec) route() (relay.Route, error) {
 	default:
 		return fail("send_proxy %q: want v1 or v2", s.SendProxy)
 	}
-	if s.Workers < 0 || s.MaxConns < 0 || s.MaxConnsPerClient < 0 || s.MaxSessions < 0 {
+	if s.Workers < 0 || s.MaxConns < 0 || s.MaxConnsPerClient < 0 || s.MaxSessions < 0 || s.UDPBuffer < 0 {
 		return fail("negative workers or limit")
 	}
 	return r, nil
