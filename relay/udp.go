@@ -236,10 +236,28 @@ func (s *session) run(timeout time.Duration) {
 				return
 			}
 			s.up.SetReadDeadline(deadline)
+		case icmpError(err):
+			// The target's host or port answered ICMP unreachable (a
+			// later read reports it once): the session stays, the
+			// target may come back.
+		default:
+			// Anything else would fail again at once: end the session
+			// rather than spin on it.
+			u.rt.srv.log.Warn("UDP session read failed", "route", u.rt.name, "client", s.client, "err", err)
+			return
 		}
-		// Other errors (ECONNREFUSED: the target's port answered ICMP
-		// unreachable) keep the session: the target may come back.
 	}
+}
+
+// icmpError reports whether err is what a connected UDP socket returns
+// after an ICMP error from the target: transient, reported once.
+func icmpError(err error) bool {
+	for _, e := range []syscall.Errno{syscall.ECONNREFUSED, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.EHOSTDOWN} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // release returns the first n reply buffers to the pool and b to batches.

@@ -157,3 +157,44 @@ func TestUDPSessionExpiryAndLimit(t *testing.T) {
 	}
 	waitFor(t, func() bool { return s.Stats().Routes[0].Sessions == 0 })
 }
+
+// TestUDPTargetComesBack: while nothing listens on the target's port, the
+// kernel answers with ICMP port unreachable and the session's socket
+// reports ECONNREFUSED. The session must survive it and relay once the
+// target is back.
+func TestUDPTargetComesBack(t *testing.T) {
+	leakCheck(t)
+	gone, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := gone.LocalAddr().(*net.UDPAddr)
+	gone.Close()
+	s := startRelay(t, udpRoute0("127.0.0.1:0", target, nil))
+	c, err := net.DialUDP("udp4", nil, s.Addrs("u")[0].(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for range 5 { // each draws an ICMP error on the session's socket
+		c.Write([]byte("anyone?"))
+		time.Sleep(10 * time.Millisecond)
+	}
+	udpEcho(t, "udp4", target.String())
+	buf := make([]byte, 64)
+	echoed := false
+	for range 50 {
+		c.Write([]byte("back"))
+		c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if n, err := c.Read(buf); err == nil && string(buf[:n]) == "back" {
+			echoed = true
+			break
+		}
+	}
+	if !echoed {
+		t.Fatal("no reply after the target came back")
+	}
+	if st := s.Stats().Routes[0]; st.SessionsTotal != 1 {
+		t.Errorf("%d sessions opened, want the first one to have survived", st.SessionsTotal)
+	}
+}
