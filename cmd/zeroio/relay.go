@@ -225,13 +225,15 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 		}
 		defer metrics.close()
 	}
-	if err := srv.Start(); err != nil {
-		return fail(err)
-	}
-
+	// Signals are caught before the routes listen: a SIGHUP sent as soon
+	// as "listening" is logged would otherwise kill the process, or be
+	// lost if it was started with SIGHUP ignored (nohup).
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
+	if err := srv.Start(); err != nil {
+		return fail(err)
+	}
 	for sig := range sigs {
 		if sig == syscall.SIGHUP {
 			reload(srv, file, spec, global, log)
