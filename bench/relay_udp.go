@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -14,7 +15,8 @@ import (
 // relayUDPCases: 64-byte ping-pong through each UDP relay to an echo
 // server (one op is one round trip; p50 and p99 are reported), and a
 // windowed flood of 1400-byte datagrams to a counting sink (one op is one
-// datagram sent; the delivered rate and share are reported).
+// datagram sent; the delivered rate and share are reported), and the same
+// flood from the target back to the client (flood-down).
 func relayUDPCases(Scale) []Case {
 	var cs []Case
 	for _, impl := range []string{"direct", "zeroio", "stdnet", "socat"} {
@@ -31,6 +33,14 @@ func relayUDPCases(Scale) []Case {
 		}
 		cs = append(cs, Case{fmt.Sprintf("mode=flood/size=1400/impl=%s", impl), func(b *testing.B) {
 			runUDPFlood(b, impl, 1400)
+		}})
+	}
+	for _, impl := range []string{"direct", "zeroio", "stdnet", "socat"} {
+		if !havePeer(impl) {
+			continue
+		}
+		cs = append(cs, Case{fmt.Sprintf("mode=flood-down/size=1400/impl=%s", impl), func(b *testing.B) {
+			runUDPFloodDown(b, impl, 1400)
 		}})
 	}
 	return cs
@@ -130,14 +140,19 @@ func runUDPPingPong(b *testing.B, impl string, size int) {
 	b.ReportMetric(float64(lost), "lost")
 }
 
-// countDatagrams counts the datagrams that reach c, reading them in batches (with
-// GRO where the kernel has it) so that the counting end is never what
-// limits a flood.
+// countDatagrams counts the datagrams that reach c, reading them in
+// batches (with GRO where the kernel has it) so that the counting end is
+// never what limits a flood.
 func countDatagrams(c *net.UDPConn, count *atomic.Int64, wake chan struct{}) {
 	uc, err := udp.NewConn(c, nil)
 	if err != nil {
 		return
 	}
+	countBatches(uc, count, wake)
+}
+
+// countBatches is countDatagrams on a udp.Conn, until it is closed.
+func countBatches(uc *udp.Conn, count *atomic.Int64, wake chan struct{}) {
 	msgs := make([]udp.Message, 64)
 	for i := range msgs {
 		msgs[i].Buf = make([]byte, 2048)
@@ -182,18 +197,83 @@ func runUDPFlood(b *testing.B, impl string, size int) {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	const window, batch = 64, 32
-	msgs := make([]udp.Message, batch)
-	for i := range msgs {
-		msgs[i].Buf = make([]byte, size)
-	}
+	msgs := floodMessages(size, netip.AddrPort{})
 	// Set up the session first.
 	for i := 0; got.Load() == 0 && i < 100; i++ {
 		c.WriteBatch(msgs[:1])
 		time.Sleep(10 * time.Millisecond)
 	}
+	flood(b, c, msgs, &got, wake)
+}
+
+// runUDPFloodDown is the flood the other way: the target sends to the
+// client through the session the client's first datagram opened (a
+// download over QUIC or WireGuard), batched and windowed as the flood's
+// client sends, and the client counts in batches.
+func runUDPFloodDown(b *testing.B, impl string, size int) {
+	sc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	src, err := udp.NewConn(sc, &udp.Options{DisableGSO: true, DisableGRO: true})
+	if err != nil {
+		sc.Close()
+		b.Fatal(err)
+	}
+	defer src.Close()
+	addr := sc.LocalAddr().String()
+	if impl != "direct" {
+		p, err := startRelayProc(impl, "udp://"+addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.stop()
+		addr = p.addr
+	}
+	nc := dialUDP(b, addr)
+	client, err := udp.NewConn(nc, nil)
+	if err != nil {
+		nc.Close()
+		b.Fatal(err)
+	}
+	defer client.Close()
+	// Open the session; the target learns where to send (the relay's
+	// upstream socket, or the client itself).
+	in := []udp.Message{{Buf: make([]byte, 2048)}}
+	var peer netip.AddrPort
+	for i := 0; i < 100 && !peer.IsValid(); i++ {
+		client.WriteBatch([]udp.Message{{Buf: []byte("hello")}})
+		src.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+		if n, err := src.ReadBatch(in); err == nil && n > 0 {
+			peer = in[0].Addr
+		}
+	}
+	if !peer.IsValid() {
+		b.Fatal("no datagram reached the target")
+	}
+	var got atomic.Int64
+	wake := make(chan struct{}, 1)
+	go countBatches(client, &got, wake)
+	flood(b, src, floodMessages(size, peer), &got, wake)
+}
+
+// floodWindow and floodBatch: at most 64 datagrams in flight, sent 32 at
+// a time (see runUDPFlood).
+const floodWindow, floodBatch = 64, 32
+
+func floodMessages(size int, to netip.AddrPort) []udp.Message {
+	msgs := make([]udp.Message, floodBatch)
+	for i := range msgs {
+		msgs[i] = udp.Message{Buf: make([]byte, size), Addr: to}
+	}
+	return msgs
+}
+
+// flood sends b.N datagrams of msgs on c, at most floodWindow ahead of got,
+// and reports what arrived.
+func flood(b *testing.B, c *udp.Conn, msgs []udp.Message, got *atomic.Int64, wake chan struct{}) {
 	b.ReportAllocs()
-	b.SetBytes(int64(size))
+	b.SetBytes(int64(len(msgs[0].Buf)))
 	got.Store(0)
 	var sent, written int64 // written: sent minus what was written off
 	start := time.Now()
@@ -202,7 +282,7 @@ func runUDPFlood(b *testing.B, impl string, size int) {
 	defer stall.Stop()
 	for sent < int64(b.N) {
 		g := got.Load()
-		if room := min(window-(written-g), int64(b.N)-sent, batch); room > 0 {
+		if room := min(floodWindow-(written-g), int64(b.N)-sent, floodBatch); room > 0 {
 			n, err := c.WriteAll(msgs[:room])
 			if err != nil && n == 0 {
 				b.Fatal(err)
