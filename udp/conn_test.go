@@ -110,19 +110,23 @@ func TestTruncatedDatagramIsReported(t *testing.T) {
 	for _, off := range offloads {
 		t.Run(off.name, func(t *testing.T) {
 			a, b := pair(t, "udp4", "127.0.0.1", &off.opts)
-			out := []Message{
-				{Buf: bytes.Repeat([]byte{1}, 100), Addr: addrOf(b)},
-				{Buf: bytes.Repeat([]byte{2}, 100), Addr: addrOf(b)},
-				{Buf: bytes.Repeat([]byte{3}, 5), Addr: addrOf(b)},
-			}
-			if _, err := a.WriteAll(out); err != nil {
-				t.Fatal(err)
-			}
-			in := makeMsgs(3, 10)
-			readN(t, b, in, 3, 3)
-			for i, want := range []bool{true, true, false} {
-				if in[i].Truncated != want || in[i].N != min(10, len(out[i].Buf)) {
-					t.Fatalf("datagram %d: N=%d truncated=%v", i, in[i].N, in[i].Truncated)
+			// A batch of 1 takes recvfrom(2) when no control data is
+			// asked for, a batch of 3 recvmmsg(2).
+			for _, batch := range []int{1, 3} {
+				out := []Message{
+					{Buf: bytes.Repeat([]byte{1}, 100), Addr: addrOf(b)},
+					{Buf: bytes.Repeat([]byte{2}, 100), Addr: addrOf(b)},
+					{Buf: bytes.Repeat([]byte{3}, 5), Addr: addrOf(b)},
+				}
+				if _, err := a.WriteAll(out); err != nil {
+					t.Fatal(err)
+				}
+				in := makeMsgs(3, 10)
+				readN(t, b, in, 3, batch)
+				for i, want := range []bool{true, true, false} {
+					if in[i].Truncated != want || in[i].N != min(10, len(out[i].Buf)) || in[i].Addr != addrOf(a) {
+						t.Fatalf("batch %d, datagram %d: N=%d truncated=%v from %v", batch, i, in[i].N, in[i].Truncated, in[i].Addr)
+					}
 				}
 			}
 		})
