@@ -11,12 +11,11 @@ import (
 // it to RawConn.Read or Write allocates nothing (the technique of x/net CL
 // 380934). Set Hs, call RawConn.Read/Write(Fn), then read N and Errno.
 type MmsgCall struct {
-	Hs     []unix.Mmsghdr // headers for the next call; must not be empty
-	N      int            // headers filled or sent by the last call
-	Errno  unix.Errno     // error of the last call, 0 if N is valid
-	Fn     func(fd uintptr) bool
-	trap   uintptr // SYS_RECVMMSG or SYS_SENDMMSG
-	single uintptr // SYS_RECVMSG or SYS_SENDMSG, for one header
+	Hs    []unix.Mmsghdr // headers for the next call; must not be empty
+	N     int            // headers filled or sent by the last call
+	Errno unix.Errno     // error of the last call, 0 if N is valid
+	Fn    func(fd uintptr) bool
+	trap  uintptr // SYS_RECVMMSG or SYS_SENDMMSG
 }
 
 // NewMmsgCall returns a call of unix.SYS_RECVMMSG or unix.SYS_SENDMMSG.
