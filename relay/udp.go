@@ -51,8 +51,18 @@ func listenUDP(rt *route, r *Route) (*udpRoute, error) {
 	if err != nil {
 		return nil, err
 	}
+	la, err := net.ResolveUDPAddr(r.Listen.Network, r.Listen.Address)
+	if err != nil {
+		return nil, err
+	}
+	// Packet info tells a socket bound to a wildcard address which of
+	// the host's addresses a client sent to, so that the reply leaves from
+	// it. A socket bound to one address replies from that address anyway,
+	// and without the control messages each datagram costs less (a lone
+	// reply goes out with sendto(2)).
 	ln, err := udp.Listen(r.Listen.Network, r.Listen.Address, &udp.Options{
-		PacketInfo: true, ReadBuffer: r.UDPBuffer, WriteBuffer: r.UDPBuffer,
+		PacketInfo: la.IP == nil || la.IP.IsUnspecified(),
+		ReadBuffer: r.UDPBuffer, WriteBuffer: r.UDPBuffer,
 	})
 	if err != nil {
 		return nil, err
