@@ -370,6 +370,27 @@ routes:
 			t.Fatalf("%d of 100 datagrams echoed through the relay", got)
 		}
 	})
+	t.Run("300-concurrent-streams", func(t *testing.T) {
+		// Every stream open at once, each hash-verified both ways.
+		addr := p.addr(t, "t2t")
+		var wg sync.WaitGroup
+		for i := range 300 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				defer c.Close()
+				if err := roundTrip(c, 64<<10+i, uint64(1000+i)); err != nil {
+					t.Errorf("stream %d: %v", i, err)
+				}
+			}()
+		}
+		wg.Wait()
+	})
 	t.Run("socat", func(t *testing.T) {
 		if _, err := exec.LookPath("socat"); err != nil {
 			t.Skipf("socat: %v", err)
