@@ -19,8 +19,9 @@ import (
 const benchUsage = `Usage: zeroio bench [flags]
 
 Runs zeroio against its peers on loopback, interleaved in one process
-(every peer and zeroio once per round, for --count rounds) so that a noisy
-machine's drift hits all of them alike, and reports medians and ratios.
+(every peer and zeroio once per round, for --count rounds, the order of
+each configuration's impls rotated every round) so that a noisy machine's
+drift hits all of them alike, and reports medians and ratios.
 With no flags it runs the configurations that show each comparison, in a
 few minutes on 2 cores; --full runs every size, batch and chunk.
 
@@ -199,18 +200,46 @@ func runSuites(o benchOptions, stderr io.Writer) (*report, error) {
 	if len(all) == 0 {
 		return rep, nil
 	}
+	groups := groupByConfig(all)
 	bar := newProgress(stderr, o.count*len(all))
 	for round := range o.count {
-		for _, c := range all {
-			bar.describe(fmt.Sprintf("round %d/%d: %s", round+1, o.count, c.Suite), c.Name)
-			c.run()
-			bar.add()
+		for _, g := range groups {
+			// The impls of one configuration run back to back, starting
+			// one further each round, so that none always runs first or
+			// last after another (a socket, page cache or CPU state left
+			// behind would otherwise favour one impl every round).
+			for k := range g {
+				c := g[(k+round)%len(g)]
+				bar.describe(fmt.Sprintf("round %d/%d: %s", round+1, o.count, c.Suite), c.Name)
+				c.run()
+				bar.add()
+			}
 		}
 	}
 	bar.finish()
 	rep.Finished = time.Now()
 	rep.summarize()
 	return rep, nil
+}
+
+// groupByConfig groups the cases of each suite and configuration, in
+// the order they first appear, each group holding the impls of one
+// configuration.
+func groupByConfig(all []*caseResult) [][]*caseResult {
+	type key struct{ suite, config string }
+	index := map[key]int{}
+	var groups [][]*caseResult
+	for _, c := range all {
+		k := key{c.Suite, c.Config}
+		i, ok := index[k]
+		if !ok {
+			i = len(groups)
+			index[k] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], c)
+	}
+	return groups
 }
 
 func contains(xs []string, x string) bool {
