@@ -60,11 +60,16 @@ func listenUDP(rt *route, r *Route) (*udpRoute, error) {
 	// it. A socket bound to one address replies from that address anyway,
 	// and without the control messages each datagram costs less (a lone
 	// reply goes out with sendto(2)).
-	ln, err := udp.Listen(r.Listen.Network, r.Listen.Address, &udp.Options{
+	uc, err := net.ListenUDP(r.Listen.Network, la)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := udp.NewConn(uc, &udp.Options{
 		PacketInfo: la.IP == nil || la.IP.IsUnspecified(),
 		ReadBuffer: r.UDPBuffer, WriteBuffer: r.UDPBuffer,
 	})
 	if err != nil {
+		uc.Close()
 		return nil, err
 	}
 	return &udpRoute{

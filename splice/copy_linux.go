@@ -210,10 +210,18 @@ func isStream(v any) bool {
 	case *net.TCPConn:
 		return true
 	case *net.UnixConn:
-		a, ok := c.LocalAddr().(*net.UnixAddr)
-		return ok && a != nil && a.Net == "unix"
+		return unixNet(c) == "unix"
 	}
 	return false
+}
+
+// unixNet returns c's network ("unix", "unixgram", "unixpacket"), or ""
+// when its local address does not say.
+func unixNet(c *net.UnixConn) string {
+	if a, ok := c.LocalAddr().(*net.UnixAddr); ok && a != nil {
+		return a.Net
+	}
+	return ""
 }
 
 // fileToStream reports whether the copy is from an *os.File (a regular
@@ -255,10 +263,11 @@ func (j *job) kindOf(v any) kind {
 	case *net.TCPConn:
 		return kSock
 	case *net.UnixConn:
-		if a, ok := c.LocalAddr().(*net.UnixAddr); ok && a != nil {
-			if a.Net == "unix" {
-				return kSock
-			}
+		switch unixNet(c) {
+		case "unix":
+			return kSock
+		case "":
+		default:
 			return kNone // unixgram, unixpacket: splice would merge messages
 		}
 	}
