@@ -102,6 +102,31 @@ func relayChild(impl, target string) int {
 // naiveRelay is the relay most Go programs contain: a goroutine per
 // direction, half-close passed on.
 func naiveRelay(ln net.Listener, target string, buffered bool) {
+	serveConns(ln, func(c net.Conn) {
+		t, err := net.Dial("tcp", target)
+		if err != nil {
+			return
+		}
+		defer t.Close()
+		done := make(chan struct{})
+		pipe := func(dst, src net.Conn) {
+			if buffered {
+				buf := make([]byte, 64<<10)
+				io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
+			} else {
+				io.Copy(dst, src)
+			}
+			dst.(*net.TCPConn).CloseWrite()
+		}
+		go func() { pipe(t, c); close(done) }()
+		pipe(c, t)
+		<-done
+	})
+}
+
+// serveConns runs handle for each connection ln accepts, on a goroutine
+// of its own, and closes the connection after; it returns when ln closes.
+func serveConns(ln net.Listener, handle func(net.Conn)) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -109,24 +134,7 @@ func naiveRelay(ln net.Listener, target string, buffered bool) {
 		}
 		go func() {
 			defer c.Close()
-			t, err := net.Dial("tcp", target)
-			if err != nil {
-				return
-			}
-			defer t.Close()
-			done := make(chan struct{})
-			pipe := func(dst, src net.Conn) {
-				if buffered {
-					buf := make([]byte, 64<<10)
-					io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, buf)
-				} else {
-					io.Copy(dst, src)
-				}
-				dst.(*net.TCPConn).CloseWrite()
-			}
-			go func() { pipe(t, c); close(done) }()
-			pipe(c, t)
-			<-done
+			handle(c)
 		}()
 	}
 }

@@ -36,19 +36,10 @@ func runRelayStreams(b *testing.B, impl string, n, size int) {
 		b.Fatal(err)
 	}
 	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.Copy(c, c)
-				c.(*net.TCPConn).CloseWrite()
-			}()
-		}
-	}()
+	go serveConns(ln, func(c net.Conn) {
+		io.Copy(c, c)
+		c.(*net.TCPConn).CloseWrite()
+	})
 	p, err := startRelayProc(impl, "tcp://"+ln.Addr().String())
 	if err != nil {
 		b.Fatal(err)

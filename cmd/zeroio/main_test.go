@@ -144,10 +144,23 @@ func (p *proc) wait(t *testing.T, d time.Duration) error {
 
 // echoServer is a TCP or Unix echo backend.
 func echoServer(t *testing.T, network, addr string) net.Listener {
+	return serve(t, network, addr, func(c net.Conn) {
+		io.Copy(c, c)
+		if cw, ok := c.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
+	})
+}
+
+// serve is a backend on network and addr that runs handle for each
+// connection on a goroutine of its own, then closes the connection; the
+// listener closes when the test ends.
+func serve(t *testing.T, network, addr string, handle func(net.Conn)) net.Listener {
 	ln, err := net.Listen(network, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { ln.Close() })
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -156,14 +169,10 @@ func echoServer(t *testing.T, network, addr string) net.Listener {
 			}
 			go func() {
 				defer c.Close()
-				io.Copy(c, c)
-				if cw, ok := c.(interface{ CloseWrite() error }); ok {
-					cw.CloseWrite()
-				}
+				handle(c)
 			}()
 		}
 	}()
-	t.Cleanup(func() { ln.Close() })
 	return ln
 }
 

@@ -351,32 +351,18 @@ func readProxyHeader(r *bufio.Reader) (netip.AddrPort, error) {
 // proxyBackend is an echo server behind a PROXY protocol sender: it
 // reports the source address of each header on the returned channel.
 func proxyBackend(t *testing.T) (string, <-chan string) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
 	srcs := make(chan string, 16)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(30 * time.Second))
-				r := bufio.NewReader(c)
-				src, err := readProxyHeader(r)
-				if err != nil {
-					srcs <- "error: " + err.Error()
-					return
-				}
-				srcs <- src.String()
-				io.Copy(c, r)
-			}()
+	ln := serve(t, "tcp", "127.0.0.1:0", func(c net.Conn) {
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		r := bufio.NewReader(c)
+		src, err := readProxyHeader(r)
+		if err != nil {
+			srcs <- "error: " + err.Error()
+			return
 		}
-	}()
+		srcs <- src.String()
+		io.Copy(c, r)
+	})
 	return ln.Addr().String(), srcs
 }
 
@@ -525,32 +511,17 @@ func TestRelayBinaryServerHalfClose(t *testing.T) {
 	dir := t.TempDir()
 	const greeting = "the server is done talking"
 	got := make(chan int64, 8)
-	serve := func(network, addr string) string {
-		ln, err := net.Listen(network, addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					defer c.Close()
-					c.SetDeadline(time.Now().Add(30 * time.Second))
-					io.WriteString(c, greeting)
-					c.(interface{ CloseWrite() error }).CloseWrite()
-					n, _ := io.Copy(io.Discard, c)
-					got <- n
-				}()
-			}
-		}()
-		return ln.Addr().String()
+	halfCloser := func(network, addr string) string {
+		return serve(t, network, addr, func(c net.Conn) {
+			c.SetDeadline(time.Now().Add(30 * time.Second))
+			io.WriteString(c, greeting)
+			c.(interface{ CloseWrite() error }).CloseWrite()
+			n, _ := io.Copy(io.Discard, c)
+			got <- n
+		}).Addr().String()
 	}
-	tcpBackend := serve("tcp", "127.0.0.1:0")
-	unixBackend := serve("unix", filepath.Join(dir, "b.sock"))
+	tcpBackend := halfCloser("tcp", "127.0.0.1:0")
+	unixBackend := halfCloser("unix", filepath.Join(dir, "b.sock"))
 	unixListen := filepath.Join(dir, "l.sock")
 	conf := filepath.Join(dir, "relay.yaml")
 	os.WriteFile(conf, fmt.Appendf(nil, `
