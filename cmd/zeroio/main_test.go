@@ -309,9 +309,7 @@ func TestRelayBinary(t *testing.T) {
 	echoServer(t, "unix", unixBackend)
 	unixListen := filepath.Join(dir, "l.sock")
 	udpEcho := udpEchoServer(t)
-	mln, _ := net.Listen("tcp", "127.0.0.1:0")
-	metrics := mln.Addr().String()
-	mln.Close()
+	metrics := freeAddr(t)
 	conf := filepath.Join(dir, "relay.yaml")
 	os.WriteFile(conf, fmt.Appendf(nil, `
 metrics: %s

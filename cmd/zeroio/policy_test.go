@@ -197,9 +197,7 @@ func TestRelayBinaryChurnLeaks(t *testing.T) {
 	unixBackend := filepath.Join(dir, "b.sock")
 	echoServer(t, "unix", unixBackend)
 	conf := filepath.Join(dir, "relay.yaml")
-	mln, _ := net.Listen("tcp", "127.0.0.1:0")
-	metrics := mln.Addr().String()
-	mln.Close()
+	metrics := freeAddr(t)
 	os.WriteFile(conf, fmt.Appendf(nil, `
 metrics: %s
 routes:
