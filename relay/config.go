@@ -19,7 +19,7 @@ const (
 	DefaultMaxSessions    = 10000
 	DefaultUDPBatch       = 32
 	// DefaultUDPBuffer sizes the receive and send buffers of a UDP
-	// route's listening socket: about 1,800 full-size datagrams of 1,400
+	// route's sockets (the listening socket and each session's): about 1,800 full-size datagrams of 1,400
 	// bytes, so that a burst waits for the relay instead of being dropped
 	// (the kernel's default, 208 KiB, holds about 90; wireguard-go asks
 	// for 7 MiB). Memory is used only while datagrams queue.
@@ -73,7 +73,7 @@ type Route struct {
 	// SessionTimeout ends a UDP session idle for this long.
 	SessionTimeout time.Duration
 	// UDPBuffer is the receive and send buffer size, in bytes, of a UDP
-	// route's listening socket (SO_RCVBUF, SO_SNDBUF; SO_RCVBUFFORCE and
+	// route's listening socket and of each session's upstream socket (SO_RCVBUF, SO_SNDBUF; SO_RCVBUFFORCE and
 	// SO_SNDBUFFORCE first, which a privileged process may use past
 	// net.core.rmem_max and wmem_max; otherwise the kernel caps it there).
 	UDPBuffer int

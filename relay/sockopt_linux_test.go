@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zeroio/zeroio/udp"
 	"golang.org/x/sys/unix"
 )
 
@@ -64,7 +65,8 @@ func TestSocketOptions(t *testing.T) {
 	}
 }
 
-// TestUDPBuffer checks that a UDP route's listening socket gets the
+// TestUDPBuffer checks that a UDP route's listening socket and its
+// sessions' upstream sockets get the
 // buffers the route asks for, or the default: as much as the kernel
 // grants (it reports twice the size, and caps an unprivileged request at
 // net.core.rmem_max and wmem_max).
@@ -76,23 +78,46 @@ func TestUDPBuffer(t *testing.T) {
 			if want == 0 {
 				want = DefaultUDPBuffer
 			}
-			s.mu.Lock()
-			rc, err := s.routes["u"].udp.ln.SyscallConn()
-			s.mu.Unlock()
+			// One round trip opens a session.
+			c, err := net.Dial("udp", s.Addrs("u")[0].String())
 			if err != nil {
 				t.Fatal(err)
 			}
-			var rcv, snd int
-			rc.Control(func(fd uintptr) {
-				rcv, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
-				snd, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
-			})
+			defer c.Close()
+			c.Write([]byte("x"))
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := c.Read(make([]byte, 16)); err != nil {
+				t.Fatal(err)
+			}
+			s.mu.Lock()
+			u := s.routes["u"].udp
+			s.mu.Unlock()
+			u.mu.Lock()
+			conns := map[string]*udp.Conn{"listening": u.ln}
+			for _, ss := range u.sessions {
+				conns["session"] = ss.up
+			}
+			u.mu.Unlock()
+			if len(conns) != 2 {
+				t.Fatal("no session")
+			}
 			rmax, wmax := sysctlInt(t, "net/core/rmem_max"), sysctlInt(t, "net/core/wmem_max")
 			if os.Geteuid() == 0 {
 				rmax, wmax = want, want // SO_RCVBUFFORCE, SO_SNDBUFFORCE
 			}
-			if rcv < 2*min(want, rmax) || snd < 2*min(want, wmax) {
-				t.Errorf("SO_RCVBUF %d, SO_SNDBUF %d; want at least 2x %d (rmem_max %d, wmem_max %d)", rcv, snd, want, rmax, wmax)
+			for name, uc := range conns {
+				rc, err := uc.SyscallConn()
+				if err != nil {
+					t.Fatal(err)
+				}
+				var rcv, snd int
+				rc.Control(func(fd uintptr) {
+					rcv, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+					snd, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
+				})
+				if rcv < 2*min(want, rmax) || snd < 2*min(want, wmax) {
+					t.Errorf("%s socket: SO_RCVBUF %d, SO_SNDBUF %d; want at least 2x %d (rmem_max %d, wmem_max %d)", name, rcv, snd, want, rmax, wmax)
+				}
 			}
 		})
 	}

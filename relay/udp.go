@@ -180,7 +180,9 @@ func (u *udpRoute) session(r *Route, m *udp.Message) *session {
 	}
 	// GRO off: replies are read only after the socket polls readable, and
 	// GRO leftovers kept inside the Conn would not make it readable.
-	up, err := udp.NewConn(uc, &udp.Options{DisableGRO: true})
+	// The same buffers as the listening socket: a burst of replies
+	// waits for the session instead of being dropped.
+	up, err := udp.NewConn(uc, &udp.Options{DisableGRO: true, ReadBuffer: r.UDPBuffer, WriteBuffer: r.UDPBuffer})
 	if err != nil {
 		uc.Close()
 		st.errDial.Add(1)

@@ -74,7 +74,7 @@ file's defaults, then the flags):
       target: udp://9.9.9.9:53
       session_timeout: 60s
       max_sessions: 10000
-      udp_buffer: 4194304     # bytes, the listening socket's buffers
+      udp_buffer: 4194304     # bytes, buffers of the listening and session sockets
 
 Signals: SIGINT or SIGTERM stops accepting and lets connections finish for
 --shutdown-timeout, then closes them (a second signal closes at once).
@@ -133,7 +133,7 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&spec.Nagle, "nagle", false, "enable Nagle's algorithm (by default TCP_NODELAY is set)")
 	fs.DurationVar(&spec.SessionTimeout, "session-timeout", relay.DefaultSessionTimeout, "end a UDP session after this long without a datagram")
 	fs.IntVar(&spec.MaxSessions, "max-sessions", relay.DefaultMaxSessions, "limit of concurrent UDP sessions per route")
-	fs.IntVar(&spec.UDPBuffer, "udp-buffer", relay.DefaultUDPBuffer, "receive and send buffer of a UDP route's listening socket, in bytes")
+	fs.IntVar(&spec.UDPBuffer, "udp-buffer", relay.DefaultUDPBuffer, "receive and send buffer of a UDP route's sockets (listening and per session), in bytes")
 	fs.StringVar(&opt.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&opt.logFormat, "log-format", "text", "text or json (to stderr)")
 	fs.StringVar(&opt.metrics, "metrics", "", "serve Prometheus metrics at http://`host:port`/metrics")
