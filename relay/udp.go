@@ -16,7 +16,13 @@ import (
 const (
 	maxDatagram = 65535 // the largest UDP payload plus headroom; smaller buffers would truncate
 	udpBatch    = DefaultUDPBatch
-	replyBatch  = 8
+	// replyBatch is the most replies a session reads before sending them
+	// on, and replyBuf the pooled buffer they are read into, one after
+	// another: each read(2) is given 65,535 bytes, so no reply is ever
+	// truncated, and 128 KiB holds a full batch of replies up to about
+	// 2 KiB (larger ones end a batch early).
+	replyBatch = 32
+	replyBuf   = 128 << 10
 )
 
 // udpRoute relays datagrams: one session per client address, each with its
@@ -212,10 +218,10 @@ func (u *udpRoute) session(r *Route, m *udp.Message) *session {
 	return s
 }
 
-// batch is a reply batch's messages and buffers, taken from the pool only
+// batch is a reply batch's messages and buffer, taken from the pools only
 // while replies are being moved: an idle session holds none.
 type batch struct {
-	bufs    [replyBatch][]byte
+	buf     []byte
 	in, out [replyBatch]udp.Message
 }
 
@@ -277,12 +283,10 @@ func icmpError(err error) bool {
 	return false
 }
 
-// release returns the first n reply buffers to the pool and b to batches.
-func (b *batch) release(n int) {
-	for i := range n {
-		pool.Put(b.bufs[i])
-		b.bufs[i] = nil
-	}
+// release returns b's buffer to the pool and b to batches.
+func (b *batch) release() {
+	pool.Put(b.buf)
+	b.buf = nil
 	clear(b.in[:])
 	clear(b.out[:])
 	batches.Put(b)

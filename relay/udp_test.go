@@ -198,3 +198,59 @@ func TestUDPTargetComesBack(t *testing.T) {
 		t.Errorf("%d sessions opened, want the first one to have survived", st.SessionsTotal)
 	}
 }
+
+// TestUDPReplyBurst has the target answer one datagram with a burst of
+// replies of mixed sizes, up to the largest IPv4 UDP payload, so that the
+// session reads many per wake into one buffer: every reply must reach the
+// client whole, in order, and unchanged.
+func TestUDPReplyBurst(t *testing.T) {
+	leakCheck(t)
+	sizes := []int{1400, 65507, 3, 9000, 1400, 1400, 2048, 1, 65507, 1500}
+	const burst = 100
+	reply := func(i int) []byte {
+		b := make([]byte, sizes[i%len(sizes)])
+		for j := range b {
+			b[j] = byte(i*7 + j)
+		}
+		return b
+	}
+	tgt, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 64)
+		for {
+			_, from, err := tgt.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			for i := range burst {
+				tgt.WriteToUDPAddrPort(reply(i), from)
+			}
+		}
+	}()
+	t.Cleanup(func() { tgt.Close(); <-done })
+	s := startRelay(t, udpRoute0("127.0.0.1:0", tgt.LocalAddr(), nil))
+	c, err := net.DialUDP("udp4", nil, s.Addrs("u")[0].(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadBuffer(DefaultUDPBuffer)
+	c.Write([]byte("go"))
+	buf := make([]byte, 65536)
+	for i := range burst {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, err := c.Read(buf)
+		if err != nil {
+			st := s.Stats().Routes[0]
+			t.Fatalf("reply %d of %d: %v (relay: %d down, %d dropped on write)", i, burst, err, st.PacketsDown, st.DropsWriteError)
+		}
+		if want := reply(i); !bytes.Equal(buf[:n], want) {
+			t.Fatalf("reply %d: %d bytes, want %d bytes of its own pattern", i, n, len(want))
+		}
+	}
+}

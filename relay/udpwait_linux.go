@@ -21,17 +21,18 @@ type replyState struct {
 // deadline passes, the socket fails or the route closes, and returns why.
 //
 // It is one RawConn.Read whose callback reads what the upstream socket
-// holds, up to replyBatch datagrams at a time, sends them on, and declines
-// (so the netpoller waits) once read(2) finds the socket empty. An idle
-// session holds no buffer: each read(2) takes a pooled buffer, and an
-// empty socket gives it back at once. Waiting right after the read that
-// found the socket empty, within the same RawConn.Read, costs one read(2)
-// per wake: a wait that began in a new RawConn.Read would first have to
-// look again (it resets the poller's readiness, and edge-triggered epoll
-// reports only datagrams that arrive later).
+// holds, up to replyBatch datagrams at a time packed one after another
+// into one pooled buffer, sends them on, and declines (so the netpoller
+// waits) once read(2) finds the socket empty. An idle session holds no
+// buffer: a wake takes one from the pool, and an empty socket gives it
+// back at once. Waiting right after the read that found the socket empty,
+// within the same RawConn.Read, costs one read(2) per wake: a wait that
+// began in a new RawConn.Read would first have to look again (it resets
+// the poller's readiness, and edge-triggered epoll reports only datagrams
+// that arrive later).
 //
 // The socket is connected, so read(2) gets only the target's datagrams,
-// and a 65,535-byte buffer holds any UDP payload whole.
+// and each read(2) is given 65,535 bytes, which hold any UDP payload whole.
 func (s *session) relayReplies() error {
 	r := &s.reply
 	if r.fn == nil {
@@ -50,28 +51,26 @@ func (s *session) relayInto(fd uintptr) bool {
 	r := &s.reply
 	for {
 		b := batches.Get().(*batch)
-		n, empty := 0, false
-		for n < replyBatch {
-			buf := pool.Get(maxDatagram)
-			k, err := unix.Read(int(fd), buf)
+		b.buf = pool.Get(replyBuf)
+		n, off, empty := 0, 0, false
+		for n < replyBatch && len(b.buf)-off >= maxDatagram {
+			k, err := unix.Read(int(fd), b.buf[off:off+maxDatagram])
 			if err == unix.EINTR {
-				pool.Put(buf)
 				continue
 			}
 			if err != nil {
-				pool.Put(buf)
 				if err != unix.EAGAIN {
 					r.err = os.NewSyscallError("read", err) // ECONNREFUSED and the like
 				}
 				empty = true
 				break
 			}
-			b.bufs[n] = buf
-			b.in[n] = udp.Message{Buf: buf, N: k}
+			b.in[n] = udp.Message{Buf: b.buf[off : off+k : off+k], N: k}
+			off += k
 			n++
 		}
 		ok := n == 0 || s.sendReplies(b, n)
-		b.release(n)
+		b.release()
 		switch {
 		case !ok:
 			r.err = net.ErrClosed

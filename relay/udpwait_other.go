@@ -11,24 +11,17 @@ import (
 
 type replyState struct{}
 
-// relayReplies moves one batch of replies to the client. On GOOS other
-// than linux it blocks in ReadBatch, holding its reply buffers while the
-// session is idle. (ReadBatch reads one datagram per call there and never
-// exchanges the Bufs of msgs.)
+// relayReplies moves one reply to the client. On GOOS other than linux it
+// blocks in ReadBatch, which reads one datagram per call there, holding its
+// reply buffer while the session is idle.
 func (s *session) relayReplies() error {
 	b := batches.Get().(*batch)
-	for i := range b.bufs {
-		b.bufs[i] = pool.Get(maxDatagram)
-		b.in[i] = udp.Message{Buf: b.bufs[i]}
-	}
-	n, err := s.up.ReadBatch(b.in[:])
-	for i := n; i < len(b.bufs); i++ {
-		pool.Put(b.bufs[i])
-		b.bufs[i] = nil
-	}
+	b.buf = pool.Get(maxDatagram)
+	b.in[0] = udp.Message{Buf: b.buf}
+	n, err := s.up.ReadBatch(b.in[:1])
 	if n > 0 && !s.sendReplies(b, n) {
 		err = net.ErrClosed
 	}
-	b.release(n)
+	b.release()
 	return err
 }
