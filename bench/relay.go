@@ -74,6 +74,7 @@ func relayChild(impl, target string) int {
 			return fail(err)
 		}
 		defer pc.Close()
+		setUDPBuffers(pc)
 		go naiveUDPRelay(pc, tgt.Address)
 		addr = pc.LocalAddr().String()
 	case "iocopy", "copy64k":
@@ -142,6 +143,13 @@ func serveConns(ln net.Listener, handle func(net.Conn)) {
 // naiveUDPRelay is the UDP relay most Go programs contain: net.UDPConn,
 // one datagram per call, a connected upstream socket and a goroutine per
 // client (sessions never expire: a benchmark baseline only).
+// setUDPBuffers gives a socket of the naive UDP relay the buffers every
+// other relay here has.
+func setUDPBuffers(c *net.UDPConn) {
+	c.SetReadBuffer(relayUDPBuf)
+	c.SetWriteBuffer(relayUDPBuf)
+}
+
 func naiveUDPRelay(pc *net.UDPConn, target string) {
 	ta, err := net.ResolveUDPAddr("udp", target)
 	if err != nil {
@@ -159,6 +167,7 @@ func naiveUDPRelay(pc *net.UDPConn, target string) {
 			if up, err = net.DialUDP("udp", nil, ta); err != nil {
 				continue
 			}
+			setUDPBuffers(up)
 			sessions[from] = up
 			go func() {
 				b := make([]byte, 65535)
@@ -196,7 +205,9 @@ func startRelayProc(impl, target string) (*relayProc, error) {
 		addr := fmt.Sprintf("127.0.0.1:%d", port)
 		if impl == "socat" {
 			if tgt[0] == "udp" {
-				cmd = exec.Command("socat", fmt.Sprintf("UDP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork", port), "UDP:"+tgt[1])
+				// Socket buffers as large as every other UDP relay's here.
+				bufs := fmt.Sprintf("rcvbuf=%d,sndbuf=%d", relayUDPBuf, relayUDPBuf)
+				cmd = exec.Command("socat", fmt.Sprintf("UDP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork,%s", port, bufs), "UDP:"+tgt[1]+","+bufs)
 			} else {
 				cmd = exec.Command("socat", fmt.Sprintf("TCP-LISTEN:%d,bind=127.0.0.1,reuseaddr,fork,backlog=4096", port), "TCP:"+tgt[1])
 			}

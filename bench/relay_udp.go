@@ -15,8 +15,10 @@ import (
 // relayUDPCases: 64-byte ping-pong through each UDP relay to an echo
 // server (one op is one round trip; p50 and p99 are reported), and a
 // windowed flood of 1400-byte datagrams to a counting sink (one op is one
-// datagram sent; the delivered rate and share are reported), and the same
-// flood from the target back to the client (flood-down).
+// datagram sent; the delivered rate and share are reported): from a client
+// that sends each datagram as its own packet (flood), from one that sends
+// with UDP GSO as QUIC stacks do on Linux (flood-gso), and from the target
+// back to the client (flood-down).
 func relayUDPCases(Scale) []Case {
 	var cs []Case
 	for _, impl := range []string{"direct", "zeroio", "stdnet", "socat"} {
@@ -32,7 +34,15 @@ func relayUDPCases(Scale) []Case {
 			continue
 		}
 		cs = append(cs, Case{fmt.Sprintf("mode=flood/size=1400/impl=%s", impl), func(b *testing.B) {
-			runUDPFlood(b, impl, 1400)
+			runUDPFlood(b, impl, 1400, false)
+		}})
+	}
+	for _, impl := range []string{"direct", "zeroio", "stdnet", "socat"} {
+		if !havePeer(impl) {
+			continue
+		}
+		cs = append(cs, Case{fmt.Sprintf("mode=flood-gso/size=1400/impl=%s", impl), func(b *testing.B) {
+			runUDPFlood(b, impl, 1400, true)
 		}})
 	}
 	for _, impl := range []string{"direct", "zeroio", "stdnet", "socat"} {
@@ -59,7 +69,7 @@ func udpPeer(b *testing.B, impl string, echo bool, count *atomic.Int64, wake cha
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv.SetReadBuffer(4 << 20)
+	setSockBuf(b, srv, relayUDPBuf)
 	if echo {
 		go func() {
 			buf := make([]byte, 2048)
@@ -85,6 +95,11 @@ func udpPeer(b *testing.B, impl string, echo bool, count *atomic.Int64, wake cha
 	return p.addr, func() { p.stop(); srv.Close() }
 }
 
+// relayUDPBuf sizes the buffers of every UDP socket in these benchmarks,
+// the relays' included: the zeroio relay's default (Route.UDPBuffer), and
+// net.core.rmem_max here, so that socat's rcvbuf option reaches it too.
+const relayUDPBuf = 4 << 20
+
 // dialUDP connects a client socket to the relay (or the peer) at addr.
 func dialUDP(b *testing.B, addr string) *net.UDPConn {
 	ra, err := net.ResolveUDPAddr("udp4", addr)
@@ -95,6 +110,7 @@ func dialUDP(b *testing.B, addr string) *net.UDPConn {
 	if err != nil {
 		b.Fatal(err)
 	}
+	setSockBuf(b, c, relayUDPBuf)
 	return c
 }
 
@@ -176,22 +192,27 @@ func countBatches(uc *udp.Conn, count *atomic.Int64, wake chan struct{}) {
 // written off as lost. A full window blocks on the sink's signal rather
 // than spinning, which would take a core from the relay.
 //
-// The client sends with sendmmsg, up to 32 datagrams a call, each its own
-// UDP packet (no GSO: the relay gets what most clients send), and the sink
+// The client sends with sendmmsg, up to 32 datagrams a call, and the sink
 // reads in batches: the two ends cost little per datagram, so the rate is
 // the relay's, not the load generator's (with one datagram per call at each
-// end, direct delivery itself topped out near 400k/s here). The window of
-// 64 fits in a default-sized receive buffer (212,992 bytes hold about 90
-// such datagrams), so no relay here loses any; at 128, a relay that is
-// descheduled for a moment overflows its buffer, and each loss costs a
-// 20 ms stall, which ruins the rate of a 100 ms sample.
-func runUDPFlood(b *testing.B, impl string, size int) {
+// end, direct delivery itself topped out near 400k/s here). Without gso
+// each datagram is its own UDP packet; with it, the client's kernel sends
+// each call's datagrams as one GSO packet (what quic-go and wireguard-go
+// do), which a relay may read whole with GRO.
+//
+// The window of 1,024 datagrams (about 2.3 MB of socket memory at 1,400
+// bytes) fits in the 4 MiB buffers that every relay's sockets get here
+// (relayUDPBuf), so a relay descheduled for a moment loses nothing; with
+// the kernel's default buffers (212,992 bytes hold about 90 such
+// datagrams) a window of 128 already overflowed, and each loss costs a
+// 20 ms stall.
+func runUDPFlood(b *testing.B, impl string, size int, gso bool) {
 	var got atomic.Int64
 	wake := make(chan struct{}, 1)
 	addr, stop := udpPeer(b, impl, false, &got, wake)
 	defer stop()
 	nc := dialUDP(b, addr)
-	c, err := udp.NewConn(nc, &udp.Options{DisableGSO: true, DisableGRO: true})
+	c, err := udp.NewConn(nc, &udp.Options{DisableGSO: !gso, DisableGRO: true})
 	if err != nil {
 		nc.Close()
 		b.Fatal(err)
@@ -215,6 +236,7 @@ func runUDPFloodDown(b *testing.B, impl string, size int) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	setSockBuf(b, sc, relayUDPBuf)
 	src, err := udp.NewConn(sc, &udp.Options{DisableGSO: true, DisableGRO: true})
 	if err != nil {
 		sc.Close()
@@ -257,9 +279,9 @@ func runUDPFloodDown(b *testing.B, impl string, size int) {
 	flood(b, src, floodMessages(size, peer), &got, wake)
 }
 
-// floodWindow and floodBatch: at most 64 datagrams in flight, sent 32 at
-// a time (see runUDPFlood).
-const floodWindow, floodBatch = 64, 32
+// floodWindow and floodBatch: at most 1,024 datagrams in flight, sent 32
+// at a time (see runUDPFlood).
+const floodWindow, floodBatch = 1024, 32
 
 func floodMessages(size int, to netip.AddrPort) []udp.Message {
 	msgs := make([]udp.Message, floodBatch)
