@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 
+	"github.com/zeroio/zeroio/internal/udpsys"
 	"github.com/zeroio/zeroio/pool"
 	"github.com/zeroio/zeroio/udp"
 	"golang.org/x/sys/unix"
@@ -54,11 +55,11 @@ func (s *session) relayInto(fd uintptr) bool {
 		b.buf = pool.Get(replyBuf)
 		n, off, empty := 0, 0, false
 		for n < replyBatch && len(b.buf)-off >= maxDatagram {
-			k, err := unix.Read(int(fd), b.buf[off:off+maxDatagram])
+			k, err := udpsys.Read(fd, b.buf[off:off+maxDatagram])
 			if err == unix.EINTR {
 				continue
 			}
-			if err != nil {
+			if err != 0 {
 				if err != unix.EAGAIN {
 					r.err = os.NewSyscallError("read", err) // ECONNREFUSED and the like
 				}
