@@ -4,7 +4,7 @@ import (
 	"net"
 	"os"
 
-	"github.com/zeroio/zeroio/internal/udpsys"
+	"github.com/zeroio/zeroio/internal/nbsys"
 	"github.com/zeroio/zeroio/pool"
 	"github.com/zeroio/zeroio/udp"
 	"golang.org/x/sys/unix"
@@ -55,7 +55,7 @@ func (s *session) relayInto(fd uintptr) bool {
 		b.buf = pool.Get(replyBuf)
 		n, off, empty := 0, 0, false
 		for n < replyBatch && len(b.buf)-off >= maxDatagram {
-			k, err := udpsys.Read(fd, b.buf[off:off+maxDatagram])
+			k, err := nbsys.Read(fd, b.buf[off:off+maxDatagram])
 			if err == unix.EINTR {
 				continue
 			}

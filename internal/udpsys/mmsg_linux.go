@@ -28,7 +28,8 @@ func NewMmsgCall(trap uintptr) *MmsgCall {
 // run makes the call, retrying on EINTR. On EAGAIN it returns false, which
 // makes the netpoller wait for readiness (or the deadline) and call again.
 //
-// The calls are raw (RawSyscall6, not Syscall6): see [Read].
+// The calls are raw (RawSyscall6, not Syscall6), as package
+// internal/nbsys explains: the sockets of package net never block.
 func (c *MmsgCall) run(fd uintptr) bool {
 	for {
 		var n uintptr
@@ -54,7 +55,7 @@ func (c *MmsgCall) run(fd uintptr) bool {
 }
 
 // one serves a single header without control data with sendto(2) or
-// recvfrom(2) (raw calls, see [Read]), as the standard library does: the kernel's path for them
+// recvfrom(2), as the standard library does: the kernel's path for them
 // skips the msghdr copy and control-message handling of sendmmsg and
 // recvmmsg, about 0.4 µs a datagram here. It fills h as the mmsg call
 // would, MSG_TRUNC and the byte count included, and returns 1.
@@ -83,33 +84,6 @@ func (c *MmsgCall) one(fd uintptr, h *unix.Mmsghdr) (uintptr, unix.Errno) {
 	}
 	h.Len = uint32(n)
 	return 1, 0
-}
-
-// Read is read(2) of a non-blocking socket, made as a raw system call.
-//
-// Every socket the net package makes is non-blocking, so its reads and
-// writes return at once (EAGAIN when there is nothing to do, and the
-// netpoller waits). A raw call skips the runtime's entersyscall and
-// exitsyscall, which exist for calls that may block: besides their own
-// cost, entersyscall wakes the sysmon thread when it sleeps because every P
-// was idle, which is each time a relay or a server wakes from the
-// netpoller for a datagram. On a busy 2-CPU machine that wake is a futex
-// call and a context switch per datagram: a UDP ping-pong through the relay
-// took 19.5 µs at the median with Syscall6 and 16.7 µs with raw calls
-// (bench RelayUDP/mode=pingpong, pinned to one CPU).
-//
-// Only calls that cannot block may be raw: these, on sockets from package
-// net. A blocking call made raw would hold its P for as long as it blocks.
-func Read(fd uintptr, p []byte) (int, unix.Errno) {
-	var base unsafe.Pointer
-	if len(p) > 0 {
-		base = unsafe.Pointer(&p[0])
-	}
-	n, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(base), uintptr(len(p)))
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), 0
 }
 
 // Grow returns s with length n, reusing its array when it is big enough.
