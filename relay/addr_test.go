@@ -63,6 +63,7 @@ func TestConfigErrors(t *testing.T) {
 		"proxy on udp":     {Routes: []Route{{Listen: udp, Target: udp, AcceptProxy: true}}},
 		"duplicate name":   {Routes: []Route{{Name: "a", Listen: tcp, Target: tcp}, {Name: "a", Listen: udp, Target: udp}}},
 		"duplicate listen": {Routes: []Route{{Name: "a", Listen: tcp, Target: tcp}, {Name: "b", Listen: tcp, Target: tcp}}},
+		"workers on unix":  {Routes: []Route{{Listen: Addr{Network: "unix", Address: "/tmp/zeroio-x.sock"}, Target: tcp, Workers: 2}}},
 	} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("%s: New accepted %+v", name, cfg)

@@ -36,8 +36,11 @@ type Route struct {
 	// stream networks (TCP to Unix and back), or UDP to UDP.
 	Listen, Target Addr
 
-	// Workers is the number of SO_REUSEPORT listeners (TCP, Linux) that
-	// share accepting; 0 or 1 is one listener. Other networks refuse more.
+	// Workers is the number of listening sockets in one SO_REUSEPORT
+	// group (Linux): TCP listeners that share accepting, or UDP sockets
+	// that share reading, each with its own goroutine (the kernel hashes
+	// each client to one of them). 0 or 1 is one socket; a Unix listen
+	// address refuses more.
 	Workers int
 	// DialTimeout bounds connecting to Target.
 	DialTimeout time.Duration
@@ -130,8 +133,8 @@ func (r *Route) validate() error {
 	case r.Listen.Datagram() != r.Target.Datagram():
 		bad("cannot relay %s to %s: UDP relays only to UDP, streams only to TCP or Unix", r.Listen, r.Target)
 	}
-	if r.Workers > 1 && !strings.HasPrefix(r.Listen.Network, "tcp") {
-		bad("workers > 1 needs a TCP listen address (UDP routes read with one batched reader)")
+	if r.Workers > 1 && !strings.HasPrefix(r.Listen.Network, "tcp") && !r.Listen.Datagram() {
+		bad("workers > 1 needs a TCP or UDP listen address (a Unix socket path has one listener)")
 	}
 	if r.SendProxy < 0 || r.SendProxy > 2 {
 		bad("PROXY protocol version %d: want 1 or 2", r.SendProxy)

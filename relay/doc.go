@@ -35,7 +35,9 @@
 // upstream socket, and answers from the address the client sent to.
 // Sessions end after [Route.SessionTimeout] (default 60 s) without traffic;
 // [Route.MaxSessions] bounds them, and datagrams over the limit are
-// dropped and counted.
+// dropped and counted. With [Route.Workers] above 1 the route reads from
+// that many sockets in one SO_REUSEPORT group, one goroutine each; the
+// kernel hashes every client to one socket, and its replies leave from it.
 //
 // # Operations
 //

@@ -260,7 +260,7 @@ func (rt *route) open() error {
 
 func (rt *route) addrs() []net.Addr {
 	if rt.udp != nil {
-		return []net.Addr{rt.udp.addr()}
+		return rt.udp.addrs()
 	}
 	var as []net.Addr
 	for _, ln := range rt.lns {
@@ -275,8 +275,10 @@ func (rt *route) serve() {
 		go rt.acceptLoop(ln)
 	}
 	if rt.udp != nil {
-		rt.srv.serveWG.Add(1)
-		go rt.udp.run()
+		for _, ln := range rt.udp.lns {
+			rt.srv.serveWG.Add(1)
+			go rt.udp.run(ln)
+		}
 	}
 }
 

@@ -93,7 +93,7 @@ func TestUDPBuffer(t *testing.T) {
 			u := s.routes["u"].udp
 			s.mu.Unlock()
 			u.mu.Lock()
-			conns := map[string]*udp.Conn{"listening": u.ln}
+			conns := map[string]*udp.Conn{"listening": u.lns[0]}
 			for _, ss := range u.sessions {
 				conns["session"] = ss.up
 			}

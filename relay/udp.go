@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -26,10 +27,13 @@ const (
 )
 
 // udpRoute relays datagrams: one session per client address, each with its
-// own connected upstream socket.
+// own connected upstream socket. With Workers > 1 the route has that many
+// listening sockets in one SO_REUSEPORT group, each with its own reader;
+// the kernel hashes each client to one of them, and the sessions are
+// shared.
 type udpRoute struct {
 	rt     *route
-	ln     *udp.Conn
+	lns    []*udp.Conn
 	target netip.AddrPort
 	tnet   string
 
@@ -42,6 +46,7 @@ type udpRoute struct {
 // the route's reader forwards the client's datagrams to up.
 type session struct {
 	u      *udpRoute
+	ln     *udp.Conn // the listening socket replies leave from
 	client netip.AddrPort
 	local  netip.Addr // the address the client sent to: replies leave from it
 	ifidx  int
@@ -61,32 +66,59 @@ func listenUDP(rt *route, r *Route) (*udpRoute, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Packet info tells a socket bound to a wildcard address which of
-	// the host's addresses a client sent to, so that the reply leaves from
-	// it. A socket bound to one address replies from that address anyway,
-	// and without the control messages each datagram costs less (a lone
-	// reply goes out with sendto(2)).
-	uc, err := net.ListenUDP(r.Listen.Network, la)
-	if err != nil {
-		return nil, err
+	var lc net.ListenConfig
+	if r.Workers > 1 {
+		if err := reusePortSupported(); err != nil {
+			return nil, err
+		}
+		lc.Control = setReusePort
 	}
-	ln, err := udp.NewConn(uc, &udp.Options{
-		PacketInfo: la.IP == nil || la.IP.IsUnspecified(),
-		ReadBuffer: r.UDPBuffer, WriteBuffer: r.UDPBuffer,
-	})
-	if err != nil {
-		uc.Close()
-		return nil, err
-	}
-	return &udpRoute{
-		rt: rt, ln: ln, tnet: r.Target.Network, sessions: map[netip.AddrPort]*session{},
+	u := &udpRoute{
+		rt: rt, tnet: r.Target.Network, sessions: map[netip.AddrPort]*session{},
 		target: netip.AddrPortFrom(ta.AddrPort().Addr().Unmap(), ta.AddrPort().Port()),
-	}, nil
+	}
+	addr := la.String()
+	for range r.Workers {
+		pc, err := lc.ListenPacket(context.Background(), r.Listen.Network, addr)
+		if err != nil {
+			u.closeListeners()
+			return nil, err
+		}
+		addr = pc.LocalAddr().String() // port 0 becomes the port the others share
+		// Packet info tells a socket bound to a wildcard address which
+		// of the host's addresses a client sent to, so that the reply
+		// leaves from it. A socket bound to one address replies from
+		// that address anyway, and without the control messages each
+		// datagram costs less (a lone reply goes out with sendto(2)).
+		ln, err := udp.NewConn(pc.(*net.UDPConn), &udp.Options{
+			PacketInfo: la.IP == nil || la.IP.IsUnspecified(),
+			ReadBuffer: r.UDPBuffer, WriteBuffer: r.UDPBuffer,
+		})
+		if err != nil {
+			pc.Close()
+			u.closeListeners()
+			return nil, err
+		}
+		u.lns = append(u.lns, ln)
+	}
+	return u, nil
 }
 
-func (u *udpRoute) addr() net.Addr { return u.ln.LocalAddr() }
+func (u *udpRoute) addrs() []net.Addr {
+	as := make([]net.Addr, len(u.lns))
+	for i, ln := range u.lns {
+		as[i] = ln.LocalAddr()
+	}
+	return as
+}
 
-// close stops the route: the reader exits, and every session ends.
+func (u *udpRoute) closeListeners() {
+	for _, ln := range u.lns {
+		ln.Close()
+	}
+}
+
+// close stops the route: the readers exit, and every session ends.
 func (u *udpRoute) close() {
 	u.mu.Lock()
 	u.closed = true
@@ -94,13 +126,13 @@ func (u *udpRoute) close() {
 		s.up.Close()
 	}
 	u.mu.Unlock()
-	u.ln.Close()
+	u.closeListeners()
 }
 
-// run reads client datagrams in batches and forwards each to its
+// run reads client datagrams from ln in batches and forwards each to its
 // session's upstream socket, one WriteBatch per session per batch (GSO
 // coalesces equal-sized runs).
-func (u *udpRoute) run() {
+func (u *udpRoute) run(ln *udp.Conn) {
 	defer u.rt.srv.serveWG.Done()
 	st := &u.rt.st
 	msgs := make([]udp.Message, udpBatch)
@@ -109,7 +141,7 @@ func (u *udpRoute) run() {
 	}
 	var touched []*session
 	for {
-		n, err := u.ln.ReadBatch(msgs)
+		n, err := ln.ReadBatch(msgs)
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
 				return
@@ -131,7 +163,7 @@ func (u *udpRoute) run() {
 				st.udpDropTruncated.Add(1)
 				continue
 			}
-			s := u.session(r, m)
+			s := u.session(r, ln, m)
 			if s == nil {
 				continue
 			}
@@ -160,7 +192,7 @@ func (u *udpRoute) run() {
 
 // session returns the client's session, creating it if there is room and
 // the access lists admit the client; nil means the datagram is dropped.
-func (u *udpRoute) session(r *Route, m *udp.Message) *session {
+func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message) *session {
 	st := &u.rt.st
 	u.mu.Lock()
 	s := u.sessions[m.Addr]
@@ -200,7 +232,7 @@ func (u *udpRoute) session(r *Route, m *udp.Message) *session {
 		st.errDial.Add(1)
 		return nil
 	}
-	s = &session{u: u, client: m.Addr, local: m.Local, ifidx: m.IfIndex, up: up, rc: rc}
+	s = &session{u: u, ln: ln, client: m.Addr, local: m.Local, ifidx: m.IfIndex, up: up, rc: rc}
 	s.last.Store(time.Now().UnixNano())
 	u.mu.Lock()
 	if u.closed {
@@ -305,7 +337,7 @@ func (s *session) sendReplies(b *batch, n int) bool {
 		}
 		out = append(out, udp.Message{Buf: m.Buf[:m.N], Addr: s.client, Local: s.local, IfIndex: s.ifidx})
 	}
-	sent, err := s.u.ln.WriteAll(out)
+	sent, err := s.ln.WriteAll(out)
 	st.udpPacketsDown.Add(uint64(sent))
 	if err != nil {
 		st.udpDropWrite.Add(uint64(len(out) - sent))

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/zeroio/zeroio/udp"
 )
 
 // udpEcho is a real UDP echo server.
@@ -31,6 +33,53 @@ func udpEcho(t testing.TB, network, addr string) *net.UDPConn {
 	}()
 	t.Cleanup(func() { c.Close(); <-done })
 	return c
+}
+
+// udpEchoClients runs clients concurrent clients against the relay at ra,
+// each sending each datagrams (up to maxPad bytes of padding, growing) and
+// checking every echo. Each client's socket is connected, so only replies
+// from ra arrive. A few losses are allowed on a loaded machine; a wrong
+// echo, or more than a tenth lost, fails the test.
+func udpEchoClients(t *testing.T, network string, ra *net.UDPAddr, clients, each, maxPad int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for ci := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.DialUDP(network, nil, ra)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			buf := make([]byte, 2048)
+			got := 0
+			for i := range each {
+				msg := fmt.Appendf(nil, "client %d datagram %d %s", ci, i, bytes.Repeat([]byte{'x'}, i*7%maxPad))
+				c.Write(msg)
+				c.SetReadDeadline(time.Now().Add(time.Second))
+				n, err := c.Read(buf)
+				if err != nil {
+					continue // loss is possible on a loaded machine; counted below
+				}
+				if !bytes.Equal(buf[:n], msg) {
+					errs <- fmt.Errorf("client %d: got %q, want %q", ci, buf[:min(n, 40)], msg[:min(len(msg), 40)])
+					return
+				}
+				got++
+			}
+			if got < each*9/10 {
+				errs <- fmt.Errorf("client %d: %d of %d echoes", ci, got, each)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
 }
 
 func udpRoute0(listen string, target net.Addr, mod func(*Route)) Config {
@@ -58,44 +107,7 @@ func TestUDPRelay(t *testing.T) {
 				ra = &net.UDPAddr{IP: net.ParseIP(tc.dial), Port: ra.Port}
 			}
 			const clients, each = 8, 200
-			var wg sync.WaitGroup
-			errs := make(chan error, clients)
-			for ci := range clients {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					c, err := net.DialUDP(tc.network, nil, ra) // connected: only replies from ra arrive
-					if err != nil {
-						errs <- err
-						return
-					}
-					defer c.Close()
-					buf := make([]byte, 2048)
-					got := 0
-					for i := range each {
-						msg := fmt.Appendf(nil, "client %d datagram %d %s", ci, i, bytes.Repeat([]byte{'x'}, i*7%1400))
-						c.Write(msg)
-						c.SetReadDeadline(time.Now().Add(time.Second))
-						n, err := c.Read(buf)
-						if err != nil {
-							continue // loss is possible on a loaded machine; counted below
-						}
-						if !bytes.Equal(buf[:n], msg) {
-							errs <- fmt.Errorf("client %d: got %q, want %q", ci, buf[:min(n, 40)], msg[:40])
-							return
-						}
-						got++
-					}
-					if got < each*9/10 {
-						errs <- fmt.Errorf("client %d: %d of %d echoes", ci, got, each)
-					}
-				}()
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Error(err)
-			}
+			udpEchoClients(t, tc.network, ra, clients, each, 1400)
 			st := s.Stats().Routes[0]
 			if st.SessionsTotal != clients || st.Sessions != clients {
 				t.Errorf("sessions %d total %d, want %d", st.Sessions, st.SessionsTotal, clients)
@@ -252,5 +264,38 @@ func TestUDPReplyBurst(t *testing.T) {
 		if want := reply(i); !bytes.Equal(buf[:n], want) {
 			t.Fatalf("reply %d: %d bytes, want %d bytes of its own pattern", i, n, len(want))
 		}
+	}
+}
+
+// TestUDPWorkers runs a UDP route on four SO_REUSEPORT sockets: every
+// client gets one session and its echoes back from the port it sent to,
+// and the kernel spreads the clients over more than one socket.
+func TestUDPWorkers(t *testing.T) {
+	leakCheck(t)
+	if err := reusePortSupported(); err != nil {
+		t.Skip(err)
+	}
+	e := udpEcho(t, "udp4", "127.0.0.1:0")
+	s := startRelay(t, udpRoute0("127.0.0.1:0", e.LocalAddr(), func(r *Route) { r.Workers = 4 }))
+	as := s.Addrs("u")
+	if len(as) != 4 || as[0].String() != as[3].String() {
+		t.Fatalf("addrs %v", as)
+	}
+	const clients = 32
+	udpEchoClients(t, "udp4", as[0].(*net.UDPAddr), clients, 20, 64)
+	s.mu.Lock()
+	u := s.routes["u"].udp
+	s.mu.Unlock()
+	u.mu.Lock()
+	used := map[*udp.Conn]bool{}
+	for _, ss := range u.sessions {
+		used[ss.ln] = true
+	}
+	u.mu.Unlock()
+	if len(used) < 2 {
+		t.Errorf("%d clients all read by one of %d sockets", clients, len(u.lns))
+	}
+	if st := s.Stats().Routes[0]; st.SessionsTotal != clients {
+		t.Errorf("%d sessions for %d clients", st.SessionsTotal, clients)
 	}
 }

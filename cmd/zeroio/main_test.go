@@ -300,8 +300,8 @@ func TestHelp(t *testing.T) {
 }
 
 // TestRelayBinary runs the real binary on loopback: hash-verified streams
-// TCP to TCP, TCP to Unix and Unix to TCP, a socat client, and the
-// metrics endpoint.
+// TCP to TCP, TCP to Unix and Unix to TCP, a socat client, a UDP route on
+// two SO_REUSEPORT sockets, and the metrics endpoint.
 func TestRelayBinary(t *testing.T) {
 	dir := t.TempDir()
 	tcpBackend := echoServer(t, "tcp", "127.0.0.1:0").Addr().String()
@@ -329,6 +329,7 @@ routes:
     listen: udp://127.0.0.1:0
     target: udp://%s
     session_timeout: 5s
+    workers: 2
 `, metrics, tcpBackend, unixBackend, unixListen, tcpBackend, udpEcho.LocalAddr()), 0o644)
 	p := startProc(t, 4, "-c", conf)
 	for _, route := range []string{"t2t", "t2u", "u2t"} {

@@ -75,6 +75,7 @@ file's defaults, then the flags):
       session_timeout: 60s
       max_sessions: 10000
       udp_buffer: 4194304     # bytes, buffers of the listening and session sockets
+      workers: 2              # readers on SO_REUSEPORT sockets (Linux)
 
 Signals: SIGINT or SIGTERM stops accepting and lets connections finish for
 --shutdown-timeout, then closes them (a second signal closes at once).
@@ -117,7 +118,7 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 	)
 	fs.StringVar(&file, "c", "", "read routes from this YAML `file` (also --config)")
 	fs.StringVar(&file, "config", "", "same as -c")
-	fs.IntVar(&spec.Workers, "workers", 1, "`N` SO_REUSEPORT listeners per TCP route sharing accept (Linux)")
+	fs.IntVar(&spec.Workers, "workers", 1, "`N` sockets per TCP or UDP route in one SO_REUSEPORT group, sharing accept or reads (Linux)")
 	fs.DurationVar(&spec.DialTimeout, "dial-timeout", relay.DefaultDialTimeout, "time allowed to connect to the target")
 	fs.DurationVar(&spec.IdleTimeout, "idle-timeout", 0, "close a stream after this long with no byte moving either way (0: never)")
 	fs.IntVar(&global, "max-conns", 0, "limit of concurrent streams over all routes (0: none)")
