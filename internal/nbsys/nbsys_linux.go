@@ -6,7 +6,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Read is read(2) of a non-blocking socket or pipe.
+// Read is read(2) of a non-blocking socket, such as one of package net.
 func Read(fd uintptr, p []byte) (int, unix.Errno) {
 	var base unsafe.Pointer
 	if len(p) > 0 {
