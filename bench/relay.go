@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/zeroio/zeroio/relay"
@@ -275,7 +276,25 @@ listen relay
 	return p, nil
 }
 
+// viaRelay puts impl in front of target ("tcp://host:port" or
+// "udp://host:port") and returns the address clients dial and the relay;
+// for impl "direct" that is target's own address and a nil relay, whose
+// stop does nothing.
+func viaRelay(b *testing.B, impl, target string) (string, *relayProc) {
+	if impl == "direct" {
+		return strings.SplitN(target, "://", 2)[1], nil
+	}
+	p, err := startRelayProc(impl, target)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p.addr, p
+}
+
 func (p *relayProc) stop() {
+	if p == nil {
+		return
+	}
 	if p.stdin != nil {
 		p.stdin.Close()
 	} else {

@@ -58,15 +58,11 @@ func runIperf3(b *testing.B, impl string, reverse bool, size int64) {
 	if !waitListen(srvAddr) {
 		b.Fatal("iperf3 server did not start")
 	}
-	addr := srvAddr
+	addr, p := viaRelay(b, impl, "tcp://"+srvAddr)
+	defer p.stop()
 	pid := 0
-	if impl != "direct" {
-		p, err := startRelayProc(impl, "tcp://"+srvAddr)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer p.stop()
-		addr, pid = p.addr, p.cmd.Process.Pid
+	if p != nil {
+		pid = p.cmd.Process.Pid
 	}
 	host, rport, _ := net.SplitHostPort(addr)
 	args := []string{"-c", host, "-p", rport, "-n", strconv.FormatInt(size, 10), "-J"}

@@ -40,15 +40,8 @@ func runTCPPingPong(b *testing.B, impl string, size int) {
 	}
 	defer ln.Close()
 	go serveConns(ln, func(c net.Conn) { io.Copy(c, c) })
-	addr := ln.Addr().String()
-	if impl != "direct" {
-		p, err := startRelayProc(impl, "tcp://"+addr)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer p.stop()
-		addr = p.addr
-	}
+	addr, p := viaRelay(b, impl, "tcp://"+ln.Addr().String())
+	defer p.stop()
 	c, err := net.Dial("tcp4", addr)
 	if err != nil {
 		b.Fatal(err)

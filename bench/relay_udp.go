@@ -243,15 +243,8 @@ func runUDPFloodDown(b *testing.B, impl string, size int) {
 		b.Fatal(err)
 	}
 	defer src.Close()
-	addr := sc.LocalAddr().String()
-	if impl != "direct" {
-		p, err := startRelayProc(impl, "udp://"+addr)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer p.stop()
-		addr = p.addr
-	}
+	addr, p := viaRelay(b, impl, "udp://"+sc.LocalAddr().String())
+	defer p.stop()
 	nc := dialUDP(b, addr)
 	client, err := udp.NewConn(nc, nil)
 	if err != nil {
