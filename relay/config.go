@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"strings"
 	"time"
 )
 
@@ -19,10 +18,11 @@ const (
 	DefaultMaxSessions    = 10000
 	DefaultUDPBatch       = 32
 	// DefaultUDPBuffer sizes the receive and send buffers of a UDP
-	// route's sockets (the listening socket and each session's): about 1,800 full-size datagrams of 1,400
-	// bytes, so that a burst waits for the relay instead of being dropped
-	// (the kernel's default, 208 KiB, holds about 90; wireguard-go asks
-	// for 7 MiB). Memory is used only while datagrams queue.
+	// route's sockets (the listening sockets and each session's): about
+	// 1,800 full-size datagrams of 1,400 bytes, so that a burst waits for
+	// the relay instead of being dropped (the kernel's default, 208 KiB,
+	// holds about 90; wireguard-go asks for 7 MiB). Memory is used only
+	// while datagrams queue.
 	DefaultUDPBuffer = 4 << 20
 )
 
@@ -76,9 +76,10 @@ type Route struct {
 	// SessionTimeout ends a UDP session idle for this long.
 	SessionTimeout time.Duration
 	// UDPBuffer is the receive and send buffer size, in bytes, of a UDP
-	// route's listening socket and of each session's upstream socket (SO_RCVBUF, SO_SNDBUF; SO_RCVBUFFORCE and
-	// SO_SNDBUFFORCE first, which a privileged process may use past
-	// net.core.rmem_max and wmem_max; otherwise the kernel caps it there).
+	// route's listening sockets and of each session's upstream socket
+	// (SO_RCVBUF, SO_SNDBUF; SO_RCVBUFFORCE and SO_SNDBUFFORCE first,
+	// which a privileged process may use past net.core.rmem_max and
+	// wmem_max; otherwise the kernel caps it there).
 	UDPBuffer int
 	// MaxSessions limits concurrent UDP sessions; datagrams from new
 	// clients over the limit are dropped and counted.
@@ -133,7 +134,7 @@ func (r *Route) validate() error {
 	case r.Listen.Datagram() != r.Target.Datagram():
 		bad("cannot relay %s to %s: UDP relays only to UDP, streams only to TCP or Unix", r.Listen, r.Target)
 	}
-	if r.Workers > 1 && !strings.HasPrefix(r.Listen.Network, "tcp") && !r.Listen.Datagram() {
+	if r.Workers > 1 && r.Listen.Network == "unix" {
 		bad("workers > 1 needs a TCP or UDP listen address (a Unix socket path has one listener)")
 	}
 	if r.SendProxy < 0 || r.SendProxy > 2 {

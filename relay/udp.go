@@ -43,7 +43,7 @@ type udpRoute struct {
 }
 
 // session is one client's flow. Its goroutine reads the target's replies;
-// the route's reader forwards the client's datagrams to up.
+// the route's readers forward the client's datagrams to up.
 type session struct {
 	u      *udpRoute
 	ln     *udp.Conn // the listening socket replies leave from
