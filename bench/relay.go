@@ -141,9 +141,6 @@ func serveConns(ln net.Listener, handle func(net.Conn)) {
 	}
 }
 
-// naiveUDPRelay is the UDP relay most Go programs contain: net.UDPConn,
-// one datagram per call, a connected upstream socket and a goroutine per
-// client (sessions never expire: a benchmark baseline only).
 // setUDPBuffers gives a socket of the naive UDP relay the buffers every
 // other relay here has.
 func setUDPBuffers(c *net.UDPConn) {
@@ -151,6 +148,9 @@ func setUDPBuffers(c *net.UDPConn) {
 	c.SetWriteBuffer(relayUDPBuf)
 }
 
+// naiveUDPRelay is the UDP relay most Go programs contain: net.UDPConn,
+// one datagram per call, a connected upstream socket and a goroutine per
+// client (sessions never expire: a benchmark baseline only).
 func naiveUDPRelay(pc *net.UDPConn, target string) {
 	ta, err := net.ResolveUDPAddr("udp", target)
 	if err != nil {

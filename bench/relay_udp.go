@@ -20,38 +20,23 @@ import (
 // with UDP GSO as QUIC stacks do on Linux (flood-gso), and from the target
 // back to the client (flood-down).
 func relayUDPCases(Scale) []Case {
+	modes := []struct {
+		name string
+		run  func(b *testing.B, impl string)
+	}{
+		{"pingpong/size=64", func(b *testing.B, impl string) { runUDPPingPong(b, impl, 64) }},
+		{"flood/size=1400", func(b *testing.B, impl string) { runUDPFlood(b, impl, 1400, false) }},
+		{"flood-gso/size=1400", func(b *testing.B, impl string) { runUDPFlood(b, impl, 1400, true) }},
+		{"flood-down/size=1400", func(b *testing.B, impl string) { runUDPFloodDown(b, impl, 1400) }},
+	}
 	var cs []Case
-	for _, impl := range []string{"direct", "zeroio", "stdnet", "socat"} {
-		if !havePeer(impl) {
-			continue
+	for _, m := range modes {
+		for _, impl := range []string{"direct", "zeroio", "stdnet", "socat"} {
+			if !havePeer(impl) {
+				continue
+			}
+			cs = append(cs, Case{fmt.Sprintf("mode=%s/impl=%s", m.name, impl), func(b *testing.B) { m.run(b, impl) }})
 		}
-		cs = append(cs, Case{fmt.Sprintf("mode=pingpong/size=64/impl=%s", impl), func(b *testing.B) {
-			runUDPPingPong(b, impl, 64)
-		}})
-	}
-	for _, impl := range []string{"direct", "zeroio", "stdnet", "socat"} {
-		if !havePeer(impl) {
-			continue
-		}
-		cs = append(cs, Case{fmt.Sprintf("mode=flood/size=1400/impl=%s", impl), func(b *testing.B) {
-			runUDPFlood(b, impl, 1400, false)
-		}})
-	}
-	for _, impl := range []string{"direct", "zeroio", "stdnet", "socat"} {
-		if !havePeer(impl) {
-			continue
-		}
-		cs = append(cs, Case{fmt.Sprintf("mode=flood-gso/size=1400/impl=%s", impl), func(b *testing.B) {
-			runUDPFlood(b, impl, 1400, true)
-		}})
-	}
-	for _, impl := range []string{"direct", "zeroio", "stdnet", "socat"} {
-		if !havePeer(impl) {
-			continue
-		}
-		cs = append(cs, Case{fmt.Sprintf("mode=flood-down/size=1400/impl=%s", impl), func(b *testing.B) {
-			runUDPFloodDown(b, impl, 1400)
-		}})
 	}
 	return cs
 }
