@@ -284,7 +284,6 @@ func renderSVG(p *plot.Plot, w, h float64) (template.HTML, error) {
 	return template.HTML(svg), nil
 }
 
-// pivotHTML renders the suite's rows as a table of medians and ratios.
 // rowUnits lists the units a suite's rows are judged by, in order.
 func rowUnits(s *suiteResult) []string {
 	var us []string
@@ -296,6 +295,7 @@ func rowUnits(s *suiteResult) []string {
 	return us
 }
 
+// pivotHTML renders the suite's rows as a table of medians and ratios.
 func pivotHTML(s *suiteResult, withRatio bool) template.HTML {
 	var b strings.Builder
 	b.WriteString("<table><tr><th>config</th><th>unit</th>")
@@ -383,7 +383,11 @@ func (r *report) writeHTML(w io.Writer) error {
 	for _, s := range r.Suites {
 		hs := htmlSuite{suiteResult: s}
 		if s.Skipped == "" && len(s.Rows) > 0 {
-			var err error
+			charts := func(s *suiteResult, u string) error {
+				cs, err := suiteCharts(s, u, !bench.HigherIsBetter(u))
+				hs.Charts = append(hs.Charts, cs...)
+				return err
+			}
 			for _, u := range rowUnits(s) {
 				sub := *s
 				sub.Rows = nil
@@ -392,18 +396,14 @@ func (r *report) writeHTML(w io.Writer) error {
 						sub.Rows = append(sub.Rows, rw)
 					}
 				}
-				cs, err := suiteCharts(&sub, u, !bench.HigherIsBetter(u))
-				if err != nil {
+				if err := charts(&sub, u); err != nil {
 					return err
 				}
-				hs.Charts = append(hs.Charts, cs...)
 			}
 			for _, u := range s.Also {
-				cs, err := suiteCharts(s, u, !bench.HigherIsBetter(u))
-				if err != nil {
+				if err := charts(s, u); err != nil {
 					return err
 				}
-				hs.Charts = append(hs.Charts, cs...)
 			}
 			hs.Table = pivotHTML(s, true)
 			any := false
@@ -412,8 +412,8 @@ func (r *report) writeHTML(w io.Writer) error {
 			}
 			hs.NoAllocs = !any
 			if any {
-				hs.AllocCharts, err = suiteCharts(s, "allocs/op", false)
-				if err != nil {
+				var err error
+				if hs.AllocCharts, err = suiteCharts(s, "allocs/op", false); err != nil {
 					return err
 				}
 			}
