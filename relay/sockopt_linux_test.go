@@ -66,10 +66,9 @@ func TestSocketOptions(t *testing.T) {
 }
 
 // TestUDPBuffer checks that a UDP route's listening socket and its
-// sessions' upstream sockets get the
-// buffers the route asks for, or the default: as much as the kernel
-// grants (it reports twice the size, and caps an unprivileged request at
-// net.core.rmem_max and wmem_max).
+// sessions' upstream sockets get the buffers the route asks for, or the
+// default: as much as the kernel grants (it reports twice the size, and
+// caps an unprivileged request at net.core.rmem_max and wmem_max).
 func TestUDPBuffer(t *testing.T) {
 	e := udpEcho(t, "udp4", "127.0.0.1:0")
 	for _, want := range []int{0, 1 << 20} {
@@ -79,16 +78,7 @@ func TestUDPBuffer(t *testing.T) {
 				want = DefaultUDPBuffer
 			}
 			// One round trip opens a session.
-			c, err := net.Dial("udp", s.Addrs("u")[0].String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			c.Write([]byte("x"))
-			c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			if _, err := c.Read(make([]byte, 16)); err != nil {
-				t.Fatal(err)
-			}
+			udpEchoClients(t, "udp4", s.Addrs("u")[0].(*net.UDPAddr), 1, 1, 1)
 			s.mu.Lock()
 			u := s.routes["u"].udp
 			s.mu.Unlock()
