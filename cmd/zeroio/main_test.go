@@ -176,6 +176,17 @@ func serve(t *testing.T, network, addr string, handle func(net.Conn)) net.Listen
 	return ln
 }
 
+// writeConfig writes a relay config file, format filled in with args, in
+// a temporary directory and returns its path.
+func writeConfig(t *testing.T, format string, args ...any) string {
+	t.Helper()
+	conf := filepath.Join(t.TempDir(), "relay.yaml")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, format, args...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return conf
+}
+
 // udpEchoServer is a UDP echo backend on 127.0.0.1.
 func udpEchoServer(t *testing.T) net.PacketConn {
 	c, err := net.ListenPacket("udp", "127.0.0.1:0")
@@ -310,8 +321,7 @@ func TestRelayBinary(t *testing.T) {
 	unixListen := filepath.Join(dir, "l.sock")
 	udpEcho := udpEchoServer(t)
 	metrics := freeAddr(t)
-	conf := filepath.Join(dir, "relay.yaml")
-	os.WriteFile(conf, fmt.Appendf(nil, `
+	conf := writeConfig(t, `
 metrics: %s
 defaults:
   idle_timeout: 30s
@@ -330,7 +340,7 @@ routes:
     target: udp://%s
     session_timeout: 5s
     workers: 2
-`, metrics, tcpBackend, unixBackend, unixListen, tcpBackend, udpEcho.LocalAddr()), 0o644)
+`, metrics, tcpBackend, unixBackend, unixListen, tcpBackend, udpEcho.LocalAddr())
 	p := startProc(t, 4, "-c", conf)
 	for _, route := range []string{"t2t", "t2u", "u2t"} {
 		t.Run(route, func(t *testing.T) {

@@ -57,15 +57,14 @@ func refused(c net.Conn) error {
 func TestRelayBinaryAccessAndLimits(t *testing.T) {
 	backend := echoServer(t, "tcp", "127.0.0.1:0").Addr().String()
 	backend6 := echoServer(t, "tcp", "[::1]:0").Addr().String()
-	conf := filepath.Join(t.TempDir(), "relay.yaml")
-	os.WriteFile(conf, fmt.Appendf(nil, `
+	conf := writeConfig(t, `
 routes:
   - {name: deny4, listen: "tcp://127.0.0.1:0", target: "tcp://%[1]s", deny: [127.0.0.1/32]}
   - {name: allow6, listen: "tcp://[::1]:0", target: "tcp://%[2]s", allow: ["::1/128"], deny: [127.0.0.0/8]}
   - {name: allowonly, listen: "tcp://127.0.0.1:0", target: "tcp://%[1]s", allow: [10.0.0.0/8]}
   - {name: limited, listen: "tcp://127.0.0.1:0", target: "tcp://%[1]s", max_conns: 2}
   - {name: perclient, listen: "tcp://127.0.0.1:0", target: "tcp://%[1]s", max_conns_per_client: 1}
-`, backend, backend6), 0o644)
+`, backend, backend6)
 	p := startProc(t, 5, "-c", conf)
 	dial := func(route string) net.Conn {
 		t.Helper()
@@ -129,12 +128,11 @@ routes:
 func TestRelayBinaryTimeouts(t *testing.T) {
 	backend := echoServer(t, "tcp", "127.0.0.1:0").Addr().String()
 	udpEcho := udpEchoServer(t)
-	conf := filepath.Join(t.TempDir(), "relay.yaml")
-	os.WriteFile(conf, fmt.Appendf(nil, `
+	conf := writeConfig(t, `
 routes:
   - {name: idle, listen: "tcp://127.0.0.1:0", target: "tcp://%s", idle_timeout: 400ms}
   - {name: udp, listen: "udp://127.0.0.1:0", target: "udp://%s", session_timeout: 300ms}
-`, backend, udpEcho.LocalAddr()), 0o644)
+`, backend, udpEcho.LocalAddr())
 	p := startProc(t, 2, "-c", conf)
 
 	t.Run("idle", func(t *testing.T) {
@@ -196,14 +194,13 @@ func TestRelayBinaryChurnLeaks(t *testing.T) {
 	backend := echoServer(t, "tcp", "127.0.0.1:0").Addr().String()
 	unixBackend := filepath.Join(dir, "b.sock")
 	echoServer(t, "unix", unixBackend)
-	conf := filepath.Join(dir, "relay.yaml")
 	metrics := freeAddr(t)
-	os.WriteFile(conf, fmt.Appendf(nil, `
+	conf := writeConfig(t, `
 metrics: %s
 routes:
   - {name: t2t, listen: "tcp://127.0.0.1:0", target: "tcp://%s"}
   - {name: t2u, listen: "tcp://127.0.0.1:0", target: "unix://%s"}
-`, metrics, backend, unixBackend), 0o644)
+`, metrics, backend, unixBackend)
 	p := startProc(t, 2, "-c", conf)
 	// fds counts the relay's sockets and pipes.
 	fds := func() (sockets, pipes int) {
@@ -374,12 +371,11 @@ func TestRelayBinaryProxyProtocol(t *testing.T) {
 	}
 	backend, srcs := proxyBackend(t)
 	hb1, hb2 := freeAddr(t), freeAddr(t) // HAProxy listeners that accept PROXY
-	conf := filepath.Join(t.TempDir(), "relay.yaml")
-	os.WriteFile(conf, fmt.Appendf(nil, `
+	conf := writeConfig(t, `
 routes:
   - {name: v2in-v1out, listen: "tcp://127.0.0.1:0", target: "tcp://%s", accept_proxy: true, trusted_proxies: [127.0.0.0/8], send_proxy: v1}
   - {name: v1in-v2out, listen: "tcp://127.0.0.1:0", target: "tcp://%s", accept_proxy: true, send_proxy: v2, deny: [192.0.2.0/24]}
-`, hb1, hb2), 0o644)
+`, hb1, hb2)
 	// --no-check: the HAProxy behind the relay starts after it.
 	p := startProc(t, 2, "-c", conf, "--no-check")
 	z1, z2 := p.addr(t, "v2in-v1out"), p.addr(t, "v1in-v2out")
@@ -521,13 +517,12 @@ func TestRelayBinaryServerHalfClose(t *testing.T) {
 	tcpBackend := halfCloser("tcp", "127.0.0.1:0")
 	unixBackend := halfCloser("unix", filepath.Join(dir, "b.sock"))
 	unixListen := filepath.Join(dir, "l.sock")
-	conf := filepath.Join(dir, "relay.yaml")
-	os.WriteFile(conf, fmt.Appendf(nil, `
+	conf := writeConfig(t, `
 routes:
   - {name: t2t, listen: "tcp://127.0.0.1:0", target: "tcp://%[1]s"}
   - {name: t2u, listen: "tcp://127.0.0.1:0", target: "unix://%[2]s"}
   - {name: u2t, listen: "unix://%[3]s", target: "tcp://%[1]s"}
-`, tcpBackend, unixBackend, unixListen), 0o644)
+`, tcpBackend, unixBackend, unixListen)
 	// --no-check: the start-up reachability probe would be one more
 	// connection for the backends to count.
 	p := startProc(t, 3, "-c", conf, "--no-check")
