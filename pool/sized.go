@@ -43,7 +43,10 @@ type SizedOptions struct {
 // without atomic instructions; behind it each class has a sync.Pool of
 // buffer pointers (pointer-shaped values, so Put allocates nothing). Get and
 // Put allocate nothing in steady state, and buffers left idle are released
-// by the garbage collector within a few cycles, as sync.Pool's are.
+// by the garbage collector within a few cycles, as sync.Pool's are. The
+// exception is the per-P cache, at most 128 KiB per P: a P hands it to the
+// sync.Pools at its first miss after a collection, so an idle P, or one
+// that only ever hits, keeps it.
 //
 // # Misuse contract
 //
@@ -68,11 +71,11 @@ type SizedOptions struct {
 //
 // The contents of a buffer from Get are unspecified (not zeroed).
 type Sized struct {
-	maxShift uint
-	locals   perP[sizedLocal]
-	classes  [nClasses]sync.Pool // of unsafe.Pointer to the first byte
-	key      uint64              // secret for the idle marker
-	held     atomic.Int64
+	maxSize int // the largest class kept, a power of two
+	locals  perP[sizedLocal]
+	classes [nClasses]sync.Pool // of unsafe.Pointer to the first byte
+	key     uint64              // secret for the idle marker
+	held    atomic.Int64
 }
 
 type sizedLocal struct {
@@ -95,7 +98,7 @@ func NewSized(o SizedOptions) *Sized {
 	if shift > maxShiftLimit {
 		panic(fmt.Sprintf("pool: SizedOptions.MaxSize %d above the 1 GiB limit", o.MaxSize))
 	}
-	p := &Sized{maxShift: shift}
+	p := &Sized{maxSize: 1 << shift}
 	p.locals.init()
 	var k [8]byte
 	_, _ = rand.Read(k[:]) // crypto/rand.Read never fails on supported platforms
@@ -110,7 +113,7 @@ func NewSized(o SizedOptions) *Sized {
 }
 
 // MaxSize returns the largest capacity the pool keeps.
-func (p *Sized) MaxSize() int { return 1 << p.maxShift }
+func (p *Sized) MaxSize() int { return p.maxSize }
 
 // classOf returns the class index for a request of n bytes, 0 <= n <= max.
 func classOf(n int) uint {
@@ -131,13 +134,13 @@ func (p *Sized) marker(ptr unsafe.Pointer) uint64 { return p.key ^ uint64(uintpt
 // power of two, at least 64). Requests above MaxSize get a plain
 // allocation of exactly n bytes. Get panics if n is negative, as make does.
 func (p *Sized) Get(n int) []byte {
-	if uint(n) > 1<<p.maxShift {
+	if uint(n) > uint(p.maxSize) {
 		return p.getLarge(n)
 	}
 	c := classOf(n)
 	if c < nLocal {
 		id := percpu.Pin()
-		if id < len(p.locals.all) {
+		if uint(id) < uint(len(p.locals.all)) {
 			l := &p.locals.all[id]
 			percpu.Acquire(unsafe.Pointer(l))
 			// No GC-generation check here: taking an old buffer is reuse;
@@ -151,9 +154,10 @@ func (p *Sized) Get(n int) []byte {
 				*tail(b) = 0 // clear the idle marker
 				return b[:n]
 			}
-			percpu.Release(unsafe.Pointer(l))
+			p.unpinLocal(l)
+		} else {
+			percpu.Unpin()
 		}
-		percpu.Unpin()
 	}
 	return p.getSlow(c, n)
 }
@@ -198,14 +202,15 @@ func tail(b []byte) *uint64 {
 // lets two owners share a buffer because of a malformed or double return.
 func (p *Sized) Put(b []byte) {
 	c := cap(b)
-	if c > 1<<p.maxShift {
+	if c > p.maxSize {
 		count(&p.locals, func(l *sizedLocal) *uint64 { percpu.Inc(&l.puts); return &l.dropped })
 		return
 	}
 	ptr := unsafe.Pointer(unsafe.SliceData(b))
 	// Go allocates power-of-two sizes up to 8 KiB aligned to their size and
-	// larger ones page-aligned; a start that is not is a reslice.
-	if c < 1<<minShift || c&(c-1) != 0 || uintptr(ptr)&uintptr(min(c, 8192)-1) != 0 {
+	// larger ones page-aligned; a start that is not is a reslice. (For a
+	// power of two c, (c-1)&8191 masks the low bits of min(c, 8192).)
+	if c < 1<<minShift || c&(c-1) != 0 || uintptr(ptr)&uintptr(c-1)&8191 != 0 {
 		count(&p.locals, func(l *sizedLocal) *uint64 { return &l.rejected })
 		return
 	}
@@ -219,28 +224,38 @@ func (p *Sized) Put(b []byte) {
 	cl := uint(bits.TrailingZeros(uint(c))) - minShift
 	if cl < nLocal {
 		id := percpu.Pin()
-		if id < len(p.locals.all) {
+		if uint(id) < uint(len(p.locals.all)) {
 			l := &p.locals.all[id]
 			percpu.Acquire(unsafe.Pointer(l))
-			if l.slots[cl] == nil && l.gen == gcGen.Load() {
+			if l.slots[cl] == nil {
 				l.slots[cl] = ptr
 				percpu.Inc(&l.puts)
 				percpu.Release(unsafe.Pointer(l))
 				percpu.Unpin()
 				return
 			}
-			if l.gen != gcGen.Load() {
-				p.flush(l) // releases and unpins
-			} else {
-				percpu.Release(unsafe.Pointer(l))
-				percpu.Unpin()
-			}
+			p.unpinLocal(l)
 		} else {
 			percpu.Unpin()
 		}
 	}
 	p.classes[cl].Put(ptr)
 	count(&p.locals, func(l *sizedLocal) *uint64 { return &l.puts })
+}
+
+// unpinLocal ends a pinned section on a per-P cache that missed: an empty
+// slot on Get or a full one on Put. A miss is where the cache ages: if a
+// garbage collection ran since the cache was last flushed, its buffers go
+// to the shared sync.Pools, which free them after two more cycles unless
+// they are used. (The hits stay free of that check; the cache a P keeps
+// between misses is bounded, one buffer per class up to 64 KiB.)
+func (p *Sized) unpinLocal(l *sizedLocal) {
+	if l.gen != gcGen.Load() {
+		p.flush(l)
+		return
+	}
+	percpu.Release(unsafe.Pointer(l))
+	percpu.Unpin()
 }
 
 // flush moves the buffers of a pinned per-P cache (not the spill slot) into
