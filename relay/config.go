@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
+	"runtime"
+	"strings"
 	"time"
 )
 
@@ -72,6 +75,15 @@ type Route struct {
 	// Nagle enables Nagle's algorithm (clears TCP_NODELAY) on both sides;
 	// by default segments leave at once.
 	Nagle bool
+	// UnixMode sets the permission bits of a Unix listen socket's file:
+	// connecting needs write permission, so 0660 admits the file's group
+	// and 0600 only its owner. On Linux the socket gets these bits before
+	// it is bound, so the file is never more open than asked (the process
+	// umask may close it further for an instant); elsewhere the file is
+	// created under the umask and then changed. 0 leaves the default: 0777
+	// less the umask. Only for a Unix listen path, not an abstract name
+	// (which has no file), and not on Windows.
+	UnixMode os.FileMode
 
 	// SessionTimeout ends a UDP session idle for this long.
 	SessionTimeout time.Duration
@@ -148,6 +160,16 @@ func (r *Route) validate() error {
 	}
 	if r.UDPBuffer < 0 {
 		bad("negative UDP buffer size")
+	}
+	if r.UnixMode != 0 {
+		switch {
+		case r.UnixMode&^os.ModePerm != 0:
+			bad("unix mode %#o: want permission bits only (at most 0777)", uint32(r.UnixMode))
+		case r.Listen.Network != "unix" || strings.HasPrefix(r.Listen.Address, "@"):
+			bad("unix mode needs a Unix socket path to listen on, not %s", r.Listen)
+		case runtime.GOOS == "windows":
+			bad("unix mode is not supported on windows")
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("route %q: %w", r.Name, err)

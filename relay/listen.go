@@ -13,7 +13,7 @@ import (
 // listenStream opens r.Workers listeners for a stream route.
 func listenStream(r *Route) ([]net.Listener, error) {
 	if r.Listen.Network == "unix" {
-		ln, err := listenUnix(r.Listen.Address)
+		ln, err := listenUnix(r.Listen.Address, r.UnixMode)
 		if err != nil {
 			return nil, err
 		}
@@ -44,9 +44,27 @@ func listenStream(r *Route) ([]net.Listener, error) {
 
 // listenUnix listens on a Unix socket path, first removing a stale socket
 // file that nobody answers on (left by a crashed process), never a live
-// one or a file that is not a socket.
-func listenUnix(path string) (net.Listener, error) {
-	ln, err := net.Listen("unix", path)
+// one or a file that is not a socket. A non-zero mode becomes the file's
+// permission bits (see Route.UnixMode).
+func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
+	var lc net.ListenConfig
+	if mode != 0 {
+		// bind(2) creates the file with the socket inode's mode less the
+		// umask, so set that mode first: no moment more open than asked.
+		lc.Control = func(_, _ string, c syscall.RawConn) error { return setSocketMode(c, mode) }
+	}
+	listen := func() (net.Listener, error) {
+		ln, err := lc.Listen(context.Background(), "unix", path)
+		if err != nil || mode == 0 {
+			return ln, err
+		}
+		if err := os.Chmod(path, mode); err != nil { // bits the umask took
+			ln.Close()
+			return nil, err
+		}
+		return ln, nil
+	}
+	ln, err := listen()
 	if err == nil || !errors.Is(err, syscall.EADDRINUSE) || path[0] == '@' {
 		return ln, err
 	}
@@ -64,7 +82,7 @@ func listenUnix(path string) (net.Listener, error) {
 	if rerr := os.Remove(path); rerr != nil {
 		return nil, fmt.Errorf("%w (removing stale socket: %v)", err, rerr)
 	}
-	return net.Listen("unix", path)
+	return listen()
 }
 
 func closeAll(lns []net.Listener) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,6 +38,13 @@ type routeSpec struct {
 	SessionTimeout     time.Duration `yaml:"session_timeout"`
 	MaxSessions        int           `yaml:"max_sessions"`
 	UDPBuffer          int           `yaml:"udp_buffer"`
+	UnixMode           string        `yaml:"unix_mode"`
+
+	// ownMode is set when UnixMode was given for this route itself (a
+	// route's unix_mode key, or --unix-mode with LISTEN TARGET), not
+	// inherited from defaults: only then is it an error on a route that
+	// does not listen on a Unix socket path.
+	ownMode bool
 }
 
 // fileConfig is the config file's top level.
@@ -87,9 +95,13 @@ func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
 	var errs []error
 	for i := range fc.Routes {
 		spec := defaults
+		spec.UnixMode = ""
 		if err := decodeStrict(&fc.Routes[i], &spec); err != nil {
 			errs = append(errs, fmt.Errorf("%s: route %d: %s", path, i+1, oneLine(err)))
 			continue
+		}
+		if spec.ownMode = spec.UnixMode != ""; !spec.ownMode {
+			spec.UnixMode = defaults.UnixMode
 		}
 		r, err := spec.route()
 		if err != nil {
@@ -162,6 +174,13 @@ func (s routeSpec) route() (relay.Route, error) {
 			*l.out = append(*l.out, p)
 		}
 	}
+	if s.UnixMode != "" && (s.ownMode || listen.Network == "unix" && !strings.HasPrefix(listen.Address, "@")) {
+		m, err := parseMode(s.UnixMode)
+		if err != nil {
+			return fail("unix_mode: %v", err)
+		}
+		r.UnixMode = m
+	}
 	switch strings.ToLower(s.SendProxy) {
 	case "", "none", "off":
 	case "v1", "1":
@@ -175,6 +194,16 @@ func (s routeSpec) route() (relay.Route, error) {
 		return fail("negative workers or limit")
 	}
 	return r, nil
+}
+
+// parseMode reads a file mode in octal, as chmod(1) takes it: 660, 0660 or
+// 0o660.
+func parseMode(s string) (os.FileMode, error) {
+	v, err := strconv.ParseUint(strings.TrimPrefix(strings.TrimPrefix(s, "0o"), "0O"), 8, 32)
+	if err != nil || v == 0 || v > 0o777 {
+		return 0, fmt.Errorf("%q is not a file mode: want octal permission bits such as 0660", s)
+	}
+	return os.FileMode(v), nil
 }
 
 // parseCIDR accepts a CIDR or a bare address (a /32 or /128).

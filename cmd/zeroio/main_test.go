@@ -258,6 +258,8 @@ func TestUsageErrors(t *testing.T) {
 		{"host bits", []string{"--allow", "10.0.0.1/8", "tcp://127.0.0.1:0", "tcp://" + backend}, "host bits"},
 		{"bad proxy version", []string{"--send-proxy", "v3", "tcp://127.0.0.1:0", "tcp://" + backend}, "want v1 or v2"},
 		{"negative udp buffer", []string{"--udp-buffer", "-1", "udp://127.0.0.1:0", "udp://127.0.0.1:53"}, "negative"},
+		{"unix mode on tcp", []string{"--unix-mode", "0600", "tcp://127.0.0.1:0", "tcp://" + backend}, "unix mode needs a Unix socket path"},
+		{"bad unix mode", []string{"--unix-mode", "rw-rw----", "unix://" + filepath.Join(dir, "m.sock"), "tcp://" + backend}, "not a file mode"},
 		{"port in use", []string{busy.Addr().Network() + "://" + busy.Addr().String(), "tcp://" + backend}, "address already in use"},
 		{"unreachable target", []string{"tcp://127.0.0.1:0", "tcp://127.0.0.1:1"}, "unreachable"},
 		{"unresolvable target", []string{"tcp://127.0.0.1:0", "tcp://no-such-host.invalid:80"}, "unreachable"},

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestConfigUnixMode: a unix_mode in defaults reaches only the routes that
+// listen on a Unix socket path; one written on another route is an error.
+func TestConfigUnixMode(t *testing.T) {
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := filepath.Join(dir, "r.yaml")
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfg, _, err := loadFile(write(`
+defaults:
+  unix_mode: 0640
+routes:
+  - {name: inherit, listen: unix:///run/a.sock, target: tcp://127.0.0.1:1}
+  - {name: own, listen: unix:///run/b.sock, target: tcp://127.0.0.1:1, unix_mode: "0o666"}
+  - {name: tcp, listen: tcp://127.0.0.1:0, target: tcp://127.0.0.1:1}
+  - {name: abstract, listen: unix://@zeroio, target: tcp://127.0.0.1:1}
+`), routeSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]os.FileMode{"inherit": 0o640, "own": 0o666, "tcp": 0, "abstract": 0}
+	for _, r := range cfg.Routes {
+		if r.UnixMode != want[r.Name] {
+			t.Errorf("route %s: UnixMode %#o, want %#o", r.Name, r.UnixMode, want[r.Name])
+		}
+	}
+
+	// From the command line's defaults too.
+	cfg, _, err = loadFile(write(`
+routes:
+  - {name: a, listen: unix:///run/a.sock, target: tcp://127.0.0.1:1}
+  - {name: b, listen: tcp://127.0.0.1:0, target: tcp://127.0.0.1:1}
+`), routeSpec{UnixMode: "600"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Routes[0].UnixMode != 0o600 || cfg.Routes[1].UnixMode != 0 {
+		t.Errorf("--unix-mode as a default: %#o, %#o", cfg.Routes[0].UnixMode, cfg.Routes[1].UnixMode)
+	}
+
+	for body, msg := range map[string]string{
+		"routes:\n  - {listen: unix:///run/a.sock, target: tcp://127.0.0.1:1, unix_mode: 888}\n": "not a file mode",
+		"routes:\n  - {listen: unix:///run/a.sock, target: tcp://127.0.0.1:1, unix_mode: 0}\n":   "not a file mode",
+	} {
+		if _, _, err := loadFile(write(body), routeSpec{}); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("%q: err = %v, want %q", body, err, msg)
+		}
+	}
+}
