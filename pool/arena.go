@@ -85,9 +85,16 @@ type shard struct {
 	off     int    // bump pointer; touched only by the shard's owner
 	epoch   uint32 // reuse count; touched only by the owner
 	retired uint32 // GC generation when last retired; under spareMu
-	made    int64  // allocations this epoch; touched only by the owner
-	freed   atomic.Int64
-	arena   *Arena
+	// used lists, in order, the bitmap words that carve set a bit in this
+	// epoch, and the ones before used[live] have been seen empty since
+	// (they stay empty: carving only moves forward). Touched only by the
+	// owner. Checking these words, rather than keeping a count of the
+	// buffers still out, spares every Done a shared atomic add; it costs
+	// at most one load per buffer carved.
+	used  []uint32
+	nused int
+	live  int
+	arena *Arena
 	// words hold one bit per granule where an allocation starts (low 32
 	// bits) and the epoch those bits belong to (high 32 bits), so that a
 	// CAS checks both at once.
@@ -122,11 +129,13 @@ func NewArena(o ArenaOptions) (*Arena, error) {
 }
 
 func (a *Arena) newShard() *shard {
-	// One allocation holds the bitmap words and then the bytes.
+	// One allocation holds the bitmap words, the used list and the bytes.
 	nw := (a.shardSize + 32*granule - 1) / (32 * granule)
-	block := make([]atomic.Uint64, nw+(a.shardSize+7)/8)
+	nl := (nw + 1) / 2 // 8-byte units of the used list
+	block := make([]atomic.Uint64, nw+nl+(a.shardSize+7)/8)
 	s := &shard{
-		mem:   unsafe.Slice((*byte)(unsafe.Pointer(&block[nw])), a.shardSize),
+		mem:   unsafe.Slice((*byte)(unsafe.Pointer(&block[nw+nl])), a.shardSize),
+		used:  unsafe.Slice((*uint32)(unsafe.Pointer(&block[nw])), nw),
 		arena: a,
 		words: block[:nw:nw],
 	}
@@ -141,17 +150,18 @@ func (s *shard) fits(sz int) bool {
 	if s.off+sz <= len(s.mem) {
 		return true
 	}
-	// Done clears its bit before it counts itself freed, so once every
-	// allocation of this epoch is counted, no bit of it is set.
-	if s.freed.Load() != s.made {
-		return false
+	// A buffer is live while its bit is set.
+	for ; s.live < s.nused; s.live++ {
+		if uint32(s.words[s.used[s.live]].Load()) != 0 {
+			return false
+		}
 	}
 	// Nothing of this epoch is live: start over. Done calls for the old
 	// epoch now fail their CAS on the epoch half of the word.
 	s.epoch++
 	s.off = 0
-	s.made = 0
-	s.freed.Store(0)
+	s.nused = 0
+	s.live = 0
 	return sz <= len(s.mem)
 }
 
@@ -159,8 +169,11 @@ func (s *shard) fits(sz int) bool {
 func (s *shard) carve(n, sz int) Buf {
 	off := s.off
 	s.off += sz
-	s.made++
 	g := off / granule
+	if wi := uint32(g / 32); s.nused == 0 || s.used[s.nused-1] != wi {
+		s.used[s.nused] = wi
+		s.nused++
+	}
 	w := &s.words[g/32]
 	bit := uint64(1) << (g % 32)
 	ep := uint64(s.epoch) << 32
@@ -313,7 +326,6 @@ func (b *Buf) Done() error {
 			break
 		}
 	}
-	s.freed.Add(1)
 	id := percpu.Pin()
 	if id < len(a.locals.all) {
 		l := &a.locals.all[id]

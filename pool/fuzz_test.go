@@ -112,7 +112,8 @@ func FuzzArena(f *testing.F) {
 	f.Add([]byte{200, 200, 200, 1, 1, 1, 2, 2, 2, 0, 0, 0})
 	f.Add([]byte{5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 5, 1, 1, 1, 1, 2, 2, 3, 3})
 	f.Fuzz(func(t *testing.T, ops []byte) {
-		a := mustArena(t, 128, 2)
+		// A one-word bitmap, or four words with buffers across them.
+		a := mustArena(t, []int{128, 1024}[len(ops)%2], 2)
 		type live struct {
 			b     Buf
 			owner int
