@@ -81,6 +81,14 @@ type arenaLocal struct {
 const granule = 8
 
 type shard struct {
+	shardState
+	// Padding to 256 bytes, a size class whose objects start on cache
+	// line boundaries: the owner writes off on every Make, and two Ps'
+	// shards sharing a line would make each other's Make miss the cache.
+	_ [256 - unsafe.Sizeof(shardState{})]byte
+}
+
+type shardState struct {
 	mem     []byte
 	off     int    // bump pointer; touched only by the shard's owner
 	epoch   uint32 // reuse count; touched only by the owner
@@ -123,7 +131,7 @@ func NewArena(o ArenaOptions) (*Arena, error) {
 		return nil, fmt.Errorf("pool: arena ShardSize %d above the 1 GiB limit", o.ShardSize)
 	}
 	a := &Arena{shardSize: o.ShardSize, retries: o.Retries}
-	a.heap = &shard{arena: a}
+	a.heap = &shard{shardState: shardState{arena: a}}
 	a.locals.init()
 	return a, nil
 }
@@ -133,12 +141,12 @@ func (a *Arena) newShard() *shard {
 	nw := (a.shardSize + 32*granule - 1) / (32 * granule)
 	nl := (nw + 1) / 2 // 8-byte units of the used list
 	block := make([]atomic.Uint64, nw+nl+(a.shardSize+7)/8)
-	s := &shard{
+	s := &shard{shardState: shardState{
 		mem:   unsafe.Slice((*byte)(unsafe.Pointer(&block[nw+nl])), a.shardSize),
 		used:  unsafe.Slice((*uint32)(unsafe.Pointer(&block[nw])), nw),
 		arena: a,
 		words: block[:nw:nw],
-	}
+	}}
 	a.held.Add(int64(a.shardSize))
 	runtime.AddCleanup(s, func(r heldRef) { r.held.Add(-r.n) }, heldRef{&a.held, int64(a.shardSize)})
 	return s
