@@ -148,7 +148,7 @@ func (j *job) run(dstFD bool) error {
 		}
 		j.t.last = pathBuffer
 	}
-	if j.remain <= smallCopy && (j.remain < minZeroCopy || !streamToStream(j.src, j.dst)) {
+	if j.remain <= smallCopy && (j.remain < minZeroCopy || !isStream(j.src) || !isStream(j.dst)) {
 		// Other short copies go through a buffer, without even an
 		// fstat(2) to classify the ends: for a few KiB, read(2) and
 		// write(2) cost less than that classification, and below
@@ -189,7 +189,7 @@ func (j *job) run(dstFD bool) error {
 			}
 			j.t.fellBack = true // a regular file that refused sendfile
 		}
-		if unixToTCP(j.src, j.dst) {
+		if unixToTCP(j.src, j.dst) && j.remain > smallCopy {
 			j.t.last = pathBuffer
 			return j.readBuffered()
 		}
@@ -231,18 +231,15 @@ func fileToStream(src, dst any) bool {
 	return f && isStream(dst)
 }
 
-// streamToStream reports whether the copy is between two stream sockets
-// that splice(2) serves (all but Unix to TCP).
-func streamToStream(src, dst any) bool {
-	return isStream(src) && isStream(dst) && !unixToTCP(src, dst)
-}
-
 // unixToTCP reports whether the copy is from a Unix socket to a TCP one,
-// the one pair where splice(2) measured slower than read(2) and write(2):
-// 20-31% less throughput for 64 KiB to 1 MiB copies on Linux 6.18
-// (BenchmarkSplice pair=unix-to-tcp in bench/, with a buffered zeroio
-// variant beside it; docs/bench/splice.md), although the standard library
-// splices this pair since Go 1.11 (seed 004, measured on older kernels).
+// the one pair where splice(2) measured slower than read(2) and write(2)
+// for long copies: 20-31% less throughput for 64 KiB to 1 MiB copies on
+// Linux 6.18 (BenchmarkSplice pair=unix-to-tcp in bench/, with a buffered
+// zeroio variant beside it; docs/bench/splice.md), although the standard
+// library splices this pair since Go 1.11 (seed 004, measured on older
+// kernels). Copies limited to 4-16 KiB splice, as for the other stream
+// pairs: 6% less time per 4 KiB copy than read(2) and write(2) (20
+// interleaved samples).
 func unixToTCP(src, dst any) bool {
 	_, u := src.(*net.UnixConn)
 	_, t := dst.(*net.TCPConn)

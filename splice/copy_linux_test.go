@@ -22,7 +22,7 @@ func wantPath(src, dst string, limit int64) path {
 	sock := func(e string) bool { return e == "tcp" || e == "unix" }
 	zeroCopy := limit == 0 || limit >= minZeroCopy
 	switch {
-	case src == "unix" && dst == "tcp":
+	case src == "unix" && dst == "tcp" && (limit == 0 || limit > smallCopy):
 		return pathBuffer
 	case src == "file" && sock(dst) && zeroCopy:
 		return pathSendfile

@@ -33,16 +33,17 @@
 //     is not a regular file refuses it (EINVAL) before giving up a byte,
 //     which [Stats].Fallbacks does not count, and takes the paths below;
 //   - a stream socket to another limited to 4 KiB up to 16 KiB (a Limit,
-//     CopyN's n): splice(2) through a pipe, except Unix to TCP (below);
+//     CopyN's n): splice(2) through a pipe;
 //   - any other copy limited to 16 KiB or less, and every copy limited
 //     to less than 4 KiB: read(2) into a pooled buffer and dst.Write,
 //     which for a few KiB costs less than the pipe round trip of splice
 //     or the fstat(2) that choosing a kernel path takes;
 //   - regular file to regular file: copy_file_range(2), then sendfile(2);
 //   - regular file to anything else with a descriptor: sendfile(2);
-//   - a Unix socket to a TCP socket: read(2) and dst.Write, because
-//     splice moved 20-31% fewer bytes per second than that for this one
-//     pair on Linux 6.18 (see BenchmarkSplice in the bench directory);
+//   - a Unix socket to a TCP socket, past 16 KiB or without a limit:
+//     read(2) and dst.Write, because splice moved 20-31% fewer bytes per
+//     second than that for this one pair on Linux 6.18 (see
+//     BenchmarkSplice in the bench directory);
 //   - any other pair with descriptors: splice(2) through a pipe;
 //   - a descriptor on the src side only: read(2) into a pooled buffer,
 //     then dst.Write;
