@@ -37,7 +37,8 @@ func (a Addr) Datagram() bool { return strings.HasPrefix(a.Network, "udp") }
 
 // ParseAddr parses tcp://host:port, udp://host:port (also tcp4, tcp6,
 // udp4, udp6), unix:///absolute/path, unix://relative/path and
-// unix://@abstract. IPv6 hosts go in brackets: tcp://[::1]:8080. The port
+// unix://@abstract. IPv6 hosts go in brackets: tcp://[::1]:8080, with a
+// zone as tcp://[fe80::1%eth0]:80 or tcp://[fe80::1%25eth0]:80. The port
 // is numeric. A missing host is an error whose message says what to
 // write instead (127.0.0.1 for this machine, 0.0.0.0 for every network).
 func ParseAddr(s string) (Addr, error) {
@@ -74,6 +75,11 @@ func ParseAddr(s string) (Addr, error) {
 	}
 	if strings.ContainsAny(host, " /\x00") {
 		return Addr{}, fmt.Errorf("address %q: bad host %q", s, host)
+	}
+	if strings.Contains(host, ":") {
+		// An IPv6 zone may come URL-escaped, as RFC 6874 writes it in a
+		// URI ([fe80::1%25eth0]), or as the system writes it (%eth0).
+		host = strings.Replace(host, "%25", "%", 1)
 	}
 	return Addr{Network: scheme, Address: net.JoinHostPort(host, port)}, nil
 }
