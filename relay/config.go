@@ -84,6 +84,11 @@ type Route struct {
 	// less the umask. Only for a Unix listen path, not an abstract name
 	// (which has no file), and not on Windows.
 	UnixMode os.FileMode
+	// UnixUser and UnixGroup set the owner and group of a Unix listen
+	// socket's file, each a name or a numeric id; empty keeps the
+	// process's. Giving the file away needs privilege (CAP_CHOWN); any
+	// process may pick a group it belongs to. Same limits as UnixMode.
+	UnixUser, UnixGroup string
 
 	// SessionTimeout ends a UDP session idle for this long.
 	SessionTimeout time.Duration
@@ -161,15 +166,19 @@ func (r *Route) validate() error {
 	if r.UDPBuffer < 0 {
 		bad("negative UDP buffer size")
 	}
-	if r.UnixMode != 0 {
+	if r.UnixMode&^os.ModePerm != 0 {
+		bad("unix mode %#o: want permission bits only (at most 0777)", uint32(r.UnixMode))
+	}
+	if r.UnixMode != 0 || r.UnixUser != "" || r.UnixGroup != "" {
 		switch {
-		case r.UnixMode&^os.ModePerm != 0:
-			bad("unix mode %#o: want permission bits only (at most 0777)", uint32(r.UnixMode))
 		case r.Listen.Network != "unix" || strings.HasPrefix(r.Listen.Address, "@"):
-			bad("unix mode needs a Unix socket path to listen on, not %s", r.Listen)
+			bad("unix mode, user and group need a Unix socket path to listen on, not %s", r.Listen)
 		case runtime.GOOS == "windows":
-			bad("unix mode is not supported on windows")
+			bad("unix mode, user and group are not supported on windows")
 		}
+	}
+	if _, err := lookupOwner(r.UnixUser, r.UnixGroup); err != nil {
+		bad("%v", err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("route %q: %w", r.Name, err)

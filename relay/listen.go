@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/user"
+	"strconv"
 	"syscall"
 	"time"
 )
@@ -13,7 +15,11 @@ import (
 // listenStream opens r.Workers listeners for a stream route.
 func listenStream(r *Route) ([]net.Listener, error) {
 	if r.Listen.Network == "unix" {
-		ln, err := listenUnix(r.Listen.Address, r.UnixMode)
+		own, err := lookupOwner(r.UnixUser, r.UnixGroup)
+		if err != nil {
+			return nil, err
+		}
+		ln, err := listenUnix(r.Listen.Address, r.UnixMode, own)
 		if err != nil {
 			return nil, err
 		}
@@ -45,8 +51,8 @@ func listenStream(r *Route) ([]net.Listener, error) {
 // listenUnix listens on a Unix socket path, first removing a stale socket
 // file that nobody answers on (left by a crashed process), never a live
 // one or a file that is not a socket. A non-zero mode becomes the file's
-// permission bits (see Route.UnixMode).
-func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
+// permission bits, and own its owner and group (see Route.UnixMode).
+func listenUnix(path string, mode os.FileMode, own owner) (net.Listener, error) {
 	var lc net.ListenConfig
 	if mode != 0 {
 		// bind(2) creates the file with the socket inode's mode less the
@@ -55,12 +61,20 @@ func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
 	}
 	listen := func() (net.Listener, error) {
 		ln, err := lc.Listen(context.Background(), "unix", path)
-		if err != nil || mode == 0 {
-			return ln, err
-		}
-		if err := os.Chmod(path, mode); err != nil { // bits the umask took
-			ln.Close()
+		if err != nil {
 			return nil, err
+		}
+		if own.uid >= 0 || own.gid >= 0 {
+			if err := os.Lchown(path, own.uid, own.gid); err != nil {
+				ln.Close()
+				return nil, err
+			}
+		}
+		if mode != 0 {
+			if err := os.Chmod(path, mode); err != nil { // bits the umask took
+				ln.Close()
+				return nil, err
+			}
 		}
 		return ln, nil
 	}
@@ -83,6 +97,57 @@ func listenUnix(path string, mode os.FileMode) (net.Listener, error) {
 		return nil, fmt.Errorf("%w (removing stale socket: %v)", err, rerr)
 	}
 	return listen()
+}
+
+// owner is a numeric owner and group for a socket file; -1 keeps one.
+type owner struct{ uid, gid int }
+
+// lookupOwner resolves Route.UnixUser and UnixGroup: a numeric id as it
+// is, a name through the system's user and group databases.
+func lookupOwner(usr, grp string) (owner, error) {
+	o := owner{-1, -1}
+	if usr != "" {
+		id, err := lookupID(usr, func(s string) (string, error) {
+			u, err := user.Lookup(s)
+			if err != nil {
+				return "", err
+			}
+			return u.Uid, nil
+		})
+		if err != nil {
+			return o, fmt.Errorf("unix user %q: %v", usr, err)
+		}
+		o.uid = id
+	}
+	if grp != "" {
+		id, err := lookupID(grp, func(s string) (string, error) {
+			g, err := user.LookupGroup(s)
+			if err != nil {
+				return "", err
+			}
+			return g.Gid, nil
+		})
+		if err != nil {
+			return o, fmt.Errorf("unix group %q: %v", grp, err)
+		}
+		o.gid = id
+	}
+	return o, nil
+}
+
+func lookupID(s string, byName func(string) (string, error)) (int, error) {
+	if n, err := strconv.ParseUint(s, 10, 31); err == nil {
+		return int(n), nil
+	}
+	id, err := byName(s)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(id, 10, 31)
+	if err != nil {
+		return 0, fmt.Errorf("id %q is not numeric", id)
+	}
+	return int(n), nil
 }
 
 func closeAll(lns []net.Listener) {

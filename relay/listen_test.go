@@ -27,7 +27,7 @@ func TestListenUnixStale(t *testing.T) {
 		}
 		old.SetUnlinkOnClose(false) // as if the process had died
 		old.Close()
-		ln, err := listenUnix(path, 0)
+		ln, err := listenUnix(path, 0, owner{-1, -1})
 		if err != nil {
 			t.Fatalf("listenUnix over a stale socket: %v", err)
 		}
@@ -60,7 +60,7 @@ func TestListenUnixStale(t *testing.T) {
 				c.Close()
 			}
 		}()
-		ln, err := listenUnix(path, 0)
+		ln, err := listenUnix(path, 0, owner{-1, -1})
 		if err == nil {
 			ln.Close()
 			t.Fatal("listenUnix took over a live socket")
@@ -80,7 +80,7 @@ func TestListenUnixStale(t *testing.T) {
 		if err := os.WriteFile(path, []byte("keep me"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		ln, err := listenUnix(path, 0)
+		ln, err := listenUnix(path, 0, owner{-1, -1})
 		if err == nil {
 			ln.Close()
 			t.Fatal("listenUnix replaced a regular file")
@@ -98,12 +98,12 @@ func TestListenUnixStale(t *testing.T) {
 			t.Skip("abstract Unix socket names are Linux only")
 		}
 		name := "@zeroio-test-" + filepath.Base(dir)
-		a, err := listenUnix(name, 0)
+		a, err := listenUnix(name, 0, owner{-1, -1})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer a.Close()
-		if b, err := listenUnix(name, 0); err == nil {
+		if b, err := listenUnix(name, 0, owner{-1, -1}); err == nil {
 			b.Close()
 			t.Fatal("a second listener on one abstract name")
 		} else if !errors.Is(err, syscall.EADDRINUSE) {
@@ -150,9 +150,12 @@ func TestUnixModeInvalid(t *testing.T) {
 		"tcp listen":    {Listen: Addr{Network: "tcp", Address: "127.0.0.1:0"}, Target: tcp, UnixMode: 0o600},
 		"abstract name": {Listen: Addr{Network: "unix", Address: "@zeroio-mode"}, Target: tcp, UnixMode: 0o600},
 		"setuid bit":    {Listen: Addr{Network: "unix", Address: "/tmp/zeroio-mode.sock"}, Target: tcp, UnixMode: 0o600 | os.ModeSetuid},
+		"group on tcp":  {Listen: Addr{Network: "tcp", Address: "127.0.0.1:0"}, Target: tcp, UnixGroup: "0"},
+		"unknown user":  {Listen: Addr{Network: "unix", Address: "/tmp/zeroio-mode.sock"}, Target: tcp, UnixUser: "no-such-user-zeroio"},
+		"unknown group": {Listen: Addr{Network: "unix", Address: "/tmp/zeroio-mode.sock"}, Target: tcp, UnixGroup: "no-such-group-zeroio"},
 	} {
-		if _, err := New(Config{Routes: []Route{r}}); err == nil || !strings.Contains(err.Error(), "unix mode") {
-			t.Errorf("%s: err = %v, want a unix mode error", name, err)
+		if _, err := New(Config{Routes: []Route{r}}); err == nil || !strings.Contains(err.Error(), "unix ") {
+			t.Errorf("%s: err = %v, want a unix mode, user or group error", name, err)
 		}
 	}
 }

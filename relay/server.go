@@ -116,7 +116,8 @@ func (s *Server) Update(cfg Config) error {
 		switch {
 		case !ok:
 			s.log.Info("route removed", "route", name)
-		case r.Listen != cur.Listen || r.Workers != cur.Workers || r.UnixMode != cur.UnixMode:
+		case r.Listen != cur.Listen || r.Workers != cur.Workers || r.UnixMode != cur.UnixMode ||
+			r.UnixUser != cur.UnixUser || r.UnixGroup != cur.UnixGroup:
 			s.log.Info("route rebinding", "route", name, "listen", r.Listen.String())
 		default:
 			rt.update(r)

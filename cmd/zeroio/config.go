@@ -39,12 +39,14 @@ type routeSpec struct {
 	MaxSessions        int           `yaml:"max_sessions"`
 	UDPBuffer          int           `yaml:"udp_buffer"`
 	UnixMode           string        `yaml:"unix_mode"`
+	UnixUser           string        `yaml:"unix_user"`
+	UnixGroup          string        `yaml:"unix_group"`
 
-	// ownMode is set when UnixMode was given for this route itself (a
-	// route's unix_mode key, or --unix-mode with LISTEN TARGET), not
-	// inherited from defaults: only then is it an error on a route that
-	// does not listen on a Unix socket path.
-	ownMode bool
+	// ownUnix is set when a unix_mode, unix_user or unix_group was given
+	// for this route itself (in the route, or as flags with LISTEN
+	// TARGET), not inherited from defaults: only then is it an error on a
+	// route that does not listen on a Unix socket path.
+	ownUnix bool
 }
 
 // fileConfig is the config file's top level.
@@ -95,13 +97,18 @@ func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
 	var errs []error
 	for i := range fc.Routes {
 		spec := defaults
-		spec.UnixMode = ""
+		spec.UnixMode, spec.UnixUser, spec.UnixGroup = "", "", ""
 		if err := decodeStrict(&fc.Routes[i], &spec); err != nil {
 			errs = append(errs, fmt.Errorf("%s: route %d: %s", path, i+1, oneLine(err)))
 			continue
 		}
-		if spec.ownMode = spec.UnixMode != ""; !spec.ownMode {
-			spec.UnixMode = defaults.UnixMode
+		spec.ownUnix = spec.UnixMode != "" || spec.UnixUser != "" || spec.UnixGroup != ""
+		for _, f := range []struct{ own, def *string }{
+			{&spec.UnixMode, &defaults.UnixMode}, {&spec.UnixUser, &defaults.UnixUser}, {&spec.UnixGroup, &defaults.UnixGroup},
+		} {
+			if *f.own == "" {
+				*f.own = *f.def
+			}
 		}
 		r, err := spec.route()
 		if err != nil {
@@ -174,12 +181,15 @@ func (s routeSpec) route() (relay.Route, error) {
 			*l.out = append(*l.out, p)
 		}
 	}
-	if s.UnixMode != "" && (s.ownMode || listen.Network == "unix" && !strings.HasPrefix(listen.Address, "@")) {
-		m, err := parseMode(s.UnixMode)
-		if err != nil {
-			return fail("unix_mode: %v", err)
+	if s.ownUnix || listen.Network == "unix" && !strings.HasPrefix(listen.Address, "@") {
+		if s.UnixMode != "" {
+			m, err := parseMode(s.UnixMode)
+			if err != nil {
+				return fail("unix_mode: %v", err)
+			}
+			r.UnixMode = m
 		}
-		r.UnixMode = m
+		r.UnixUser, r.UnixGroup = s.UnixUser, s.UnixGroup
 	}
 	switch strings.ToLower(s.SendProxy) {
 	case "", "none", "off":

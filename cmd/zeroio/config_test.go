@@ -23,7 +23,7 @@ defaults:
   unix_mode: 0640
 routes:
   - {name: inherit, listen: unix:///run/a.sock, target: tcp://127.0.0.1:1}
-  - {name: own, listen: unix:///run/b.sock, target: tcp://127.0.0.1:1, unix_mode: "0o666"}
+  - {name: own, listen: unix:///run/b.sock, target: tcp://127.0.0.1:1, unix_mode: "0o666", unix_group: "0"}
   - {name: tcp, listen: tcp://127.0.0.1:0, target: tcp://127.0.0.1:1}
   - {name: abstract, listen: unix://@zeroio, target: tcp://127.0.0.1:1}
 `), routeSpec{})
@@ -34,6 +34,9 @@ routes:
 	for _, r := range cfg.Routes {
 		if r.UnixMode != want[r.Name] {
 			t.Errorf("route %s: UnixMode %#o, want %#o", r.Name, r.UnixMode, want[r.Name])
+		}
+		if wantGroup := map[bool]string{true: "0"}[r.Name == "own"]; r.UnixGroup != wantGroup {
+			t.Errorf("route %s: UnixGroup %q, want %q", r.Name, r.UnixGroup, wantGroup)
 		}
 	}
 

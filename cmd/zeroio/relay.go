@@ -36,7 +36,7 @@ Examples:
   # expose a Unix socket on a local TCP port
   zeroio relay tcp://127.0.0.1:8080 unix:///run/app.sock
   # and the other way: a TCP service on a socket file its group may use
-  zeroio relay unix:///run/app/api.sock tcp://127.0.0.1:8080 --unix-mode 0660
+  zeroio relay unix:///run/app/api.sock tcp://127.0.0.1:8080 --unix-mode 0660 --unix-group www-data
   # front a service for the LAN only, sending the client's address in PROXY v2
   zeroio relay tcp://0.0.0.0:443 tcp://10.0.0.2:8443 --allow 192.168.0.0/16 --send-proxy v2
   # forward DNS, sessions ending after 30 s of silence
@@ -75,6 +75,7 @@ file's defaults, then the flags):
       listen: unix:///run/zeroio/api.sock
       target: tcp://10.0.0.3:8080
       unix_mode: 0660         # octal; the file's group may connect too
+      unix_group: www-data    # name or gid (unix_user too, with privilege)
     - name: dns
       listen: udp://0.0.0.0:53
       target: udp://9.9.9.9:53
@@ -141,6 +142,8 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&spec.SessionTimeout, "session-timeout", relay.DefaultSessionTimeout, "end a UDP session after this long without a datagram")
 	fs.IntVar(&spec.MaxSessions, "max-sessions", relay.DefaultMaxSessions, "limit of concurrent UDP sessions per route")
 	fs.StringVar(&spec.UnixMode, "unix-mode", "", "permission bits of a Unix listen socket's file, in `octal` (0660: owner and group may connect)")
+	fs.StringVar(&spec.UnixUser, "unix-user", "", "owner of a Unix listen socket's file: a `user` name or uid (needs privilege)")
+	fs.StringVar(&spec.UnixGroup, "unix-group", "", "group of a Unix listen socket's file: a `group` name or gid")
 	fs.IntVar(&spec.UDPBuffer, "udp-buffer", relay.DefaultUDPBuffer, "receive and send buffer of a UDP route's sockets (listening and per session), in bytes")
 	fs.StringVar(&opt.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&opt.logFormat, "log-format", "text", "text or json (to stderr)")
@@ -200,7 +203,7 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 		}
 	case len(pos) == 2:
 		spec.Listen, spec.Target = pos[0], pos[1]
-		spec.ownMode = spec.UnixMode != ""
+		spec.ownUnix = spec.UnixMode != "" || spec.UnixUser != "" || spec.UnixGroup != ""
 		r, err := spec.route()
 		if err != nil {
 			return fail(err)
