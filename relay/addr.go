@@ -26,6 +26,11 @@ func (a Addr) String() string {
 	if a.Network == "unix" && !strings.HasPrefix(a.Address, "/") {
 		return "unix://" + a.Address
 	}
+	if host, port, err := net.SplitHostPort(a.Address); err == nil && a.Network != "unix" && strings.Contains(host, ":") {
+		if z := strings.IndexByte(host, '%'); z >= 0 { // an IPv6 zone, URL-escaped
+			return a.Network + "://" + net.JoinHostPort(host[:z]+"%25"+host[z+1:], port)
+		}
+	}
 	return a.Network + "://" + a.Address
 }
 
@@ -76,10 +81,11 @@ func ParseAddr(s string) (Addr, error) {
 	if strings.ContainsAny(host, " /\x00") {
 		return Addr{}, fmt.Errorf("address %q: bad host %q", s, host)
 	}
-	if strings.Contains(host, ":") {
-		// An IPv6 zone may come URL-escaped, as RFC 6874 writes it in a
-		// URI ([fe80::1%25eth0]), or as the system writes it (%eth0).
-		host = strings.Replace(host, "%25", "%", 1)
+	if z := strings.IndexByte(host, '%'); z >= 0 && strings.Contains(host, ":") && strings.HasPrefix(host[z:], "%25") {
+		// An IPv6 zone URL-escaped, as RFC 6874 writes it in a URI
+		// ([fe80::1%25eth0]) and String does; [fe80::1%eth0] is taken
+		// too.
+		host = host[:z] + "%" + host[z+3:]
 	}
 	return Addr{Network: scheme, Address: net.JoinHostPort(host, port)}, nil
 }

@@ -14,6 +14,7 @@ func TestParseAddr(t *testing.T) {
 		{"tcp6://[fe80::1%eth0]:80", "tcp6", "[fe80::1%eth0]:80"},
 		{"tcp://[fe80::1%25eth0]:80", "tcp", "[fe80::1%eth0]:80"}, // RFC 6874
 		{"udp://[fe80::1%25lo]:53", "udp", "[fe80::1%lo]:53"},
+		{"tcp://[fe80::1%2525x]:80", "tcp", "[fe80::1%25x]:80"}, // the zone "25x"
 		{"tcp://localhost:0", "tcp", "localhost:0"},
 		{"udp://0.0.0.0:53", "udp", "0.0.0.0:53"},
 		{"udp4://10.0.0.1:5060", "udp4", "10.0.0.1:5060"},
@@ -29,6 +30,9 @@ func TestParseAddr(t *testing.T) {
 		if back, err := ParseAddr(a.String()); err != nil || back != a {
 			t.Errorf("%q: String %q does not parse back: %+v %v", tc.in, a.String(), back, err)
 		}
+	}
+	if got := (Addr{Network: "tcp6", Address: "[fe80::1%eth0]:80"}).String(); got != "tcp6://[fe80::1%25eth0]:80" {
+		t.Errorf("String of a zoned address = %q, want the RFC 6874 form", got)
 	}
 	for in, want := range map[string]string{
 		"127.0.0.1:80":          "no scheme",
@@ -71,4 +75,29 @@ func TestConfigErrors(t *testing.T) {
 			t.Errorf("%s: New accepted %+v", name, cfg)
 		}
 	}
+}
+
+// FuzzParseAddr: any string either fails with an error or gives an
+// address whose String form parses back to the same address.
+func FuzzParseAddr(f *testing.F) {
+	for _, s := range []string{
+		"tcp://127.0.0.1:8080", "tcp6://[fe80::1%25eth0]:80", "udp://[::]:53",
+		"unix:///run/a.sock", "unix://@x", "tcp://:80", "tcp://a:b:c", "unix://",
+		"tcp://[::1]", "udp4://host:0",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		a, err := ParseAddr(s)
+		if err != nil {
+			if a != (Addr{}) {
+				t.Fatalf("ParseAddr(%q) = %+v with error %v", s, a, err)
+			}
+			return
+		}
+		back, err := ParseAddr(a.String())
+		if err != nil || back != a {
+			t.Fatalf("ParseAddr(%q) = %+v; its String %q parses to %+v, %v", s, a, a.String(), back, err)
+		}
+	})
 }
