@@ -311,7 +311,9 @@ func TestTinyPipes(t *testing.T) {
 			dst := de.dst(t)
 			var calls int
 			var total int64
-			c := Copier{PipeSize: 1, Progress: func(n int64) {
+			// The limit keeps socket pairs on splice alone: without one
+			// they read their first bytes after each wait (interactive).
+			c := Copier{PipeSize: 1, Limit: int64(len(data)), Progress: func(n int64) {
 				calls++
 				total += n
 				if n > 4096 {
@@ -711,5 +713,63 @@ func TestProgressMayClose(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestInteractive relays like a proxy (tcp to tcp, no limit): short
+// messages go by read(2) and write(2) without a pipe, a bulk burst goes by
+// splice, and short messages after it by read and write again.
+func TestInteractive(t *testing.T) {
+	client, src := tcpPair(t)
+	dst, server := tcpPair(t)
+	done := make(chan error, 1)
+	var copied int64
+	go func() {
+		n, err := Copy(dst, src)
+		copied = n
+		done <- err
+	}()
+	buf := make([]byte, 8<<20)
+	var sent int64
+	exchange := func(msgs, size int, seed uint64) {
+		t.Helper()
+		for i := range msgs {
+			m := payload(size, seed+uint64(i))
+			if _, err := client.Write(m); err != nil {
+				t.Fatal(err)
+			}
+			server.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.ReadFull(server, buf[:size]); err != nil {
+				t.Fatalf("message %d: %v", i, err)
+			}
+			if !bytes.Equal(buf[:size], m) {
+				t.Fatalf("message %d differs", i)
+			}
+			sent += int64(size)
+		}
+	}
+	// Byte counts reach Stats when a copy ends; pipe counts at once.
+	pipes := func() uint64 { s := ReadStats(); return s.PipesCreated + s.PipesReused }
+	s0, p0 := ReadStats(), pipes()
+	exchange(200, 100, 1)
+	if p := pipes(); p != p0 {
+		t.Fatalf("short messages took %d pipes", p-p0)
+	}
+	exchange(1, 8<<20, 2) // bulk
+	p1 := pipes()
+	if p1 == p0 {
+		t.Fatal("bulk took no pipe")
+	}
+	exchange(200, 100, 3)
+	if p := pipes(); p-p1 > 10 {
+		t.Fatalf("short messages after bulk took %d pipes", p-p1)
+	}
+	client.Close()
+	if err := <-done; err != nil || copied != sent {
+		t.Fatalf("Copy = %d, %v; sent %d", copied, err, sent)
+	}
+	s1 := ReadStats()
+	if b, sp := s1.BufferBytes-s0.BufferBytes, s1.SpliceBytes-s0.SpliceBytes; b < 2*200*100 || sp < 4<<20 || b+sp != uint64(sent) {
+		t.Fatalf("%d bytes by buffer, %d by splice, of %d", b, sp, sent)
 	}
 }

@@ -44,7 +44,13 @@
 //     read(2) and dst.Write, because splice moved 20-31% fewer bytes per
 //     second than that for this one pair on Linux 6.18 (see
 //     BenchmarkSplice in the bench directory);
-//   - any other pair with descriptors: splice(2) through a pipe;
+//   - any other pair with descriptors: splice(2) through a pipe; a copy
+//     without a limit between two stream sockets (a proxy's) reads what
+//     arrives after each wait with read(2), up to 16 KiB, and writes it,
+//     as HAProxy's splice-auto does: a short message costs less that way
+//     than through a pipe, and takes no pipe. A read that fills 16 KiB
+//     means bulk: the rest of that burst, and every later burst of 16 KiB
+//     or more, is spliced;
 //   - a descriptor on the src side only: read(2) into a pooled buffer,
 //     then dst.Write;
 //   - no descriptor on the src side: src.Read and dst.Write through a
