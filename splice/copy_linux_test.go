@@ -752,7 +752,7 @@ func TestInteractive(t *testing.T) {
 	pipes := func() uint64 { s := ReadStats(); return s.PipesCreated + s.PipesReused }
 	s0, p0 := ReadStats(), pipes()
 	exchange(200, 100, 1)
-	if p := pipes(); p != p0 {
+	if p := pipes(); p-p0 > 5 { // spliced, each would take one
 		t.Fatalf("short messages took %d pipes", p-p0)
 	}
 	exchange(1, 8<<20, 2) // bulk
