@@ -485,7 +485,7 @@ func (j *job) pump(fd uintptr) bool {
 		case err == nil && n > 0:
 			j.p.data -= int(n)
 			j.moved += int(n)
-			j.burst += n
+			j.burst += int64(n)
 			continue
 		case err == unix.EINTR:
 			continue
