@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -522,18 +523,40 @@ func TestChurnNoLeak(t *testing.T) {
 	waitFor(t, func() bool { return s.Stats().Active == 0 })
 }
 
-// TestIdleHoldsNoPipe: relayed connections that have moved bytes and gone
-// quiet hold no pipe and no pooled buffer (splice's gauges).
+// TestIdleHoldsNoPipe: relayed connections that have moved bytes, short
+// messages (read and written) and bulk (spliced), and gone quiet hold no
+// pipe and no pooled buffer (splice's gauges).
 func TestIdleHoldsNoPipe(t *testing.T) {
 	leakCheck(t)
 	b := startBackend(t, "tcp4", echo)
 	s := startRelay(t, route0("127.0.0.1:0", b.addr, nil))
+	before := splice.ReadStats()
+	bulk := make([]byte, 1<<20)
+	for i := range bulk {
+		bulk[i] = byte(i * 7)
+	}
+	back := make([]byte, len(bulk))
 	var cs []net.Conn
-	for range 50 {
+	for i := range 50 {
 		c := dialRoute(t, s, "r")
 		defer c.Close()
 		if err := ping(c); err != nil {
 			t.Fatal(err)
+		}
+		if i%10 == 0 { // a bulk burst each way, then a short message again
+			c.SetDeadline(time.Now().Add(30 * time.Second))
+			errc := make(chan error, 1)
+			go func() { _, err := c.Write(bulk); errc <- err }()
+			if _, err := io.ReadFull(c, back); err != nil || !bytes.Equal(back, bulk) {
+				t.Fatalf("bulk echo: %v", err)
+			}
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			c.SetDeadline(time.Time{})
+			if err := ping(c); err != nil {
+				t.Fatal(err)
+			}
 		}
 		cs = append(cs, c)
 	}
@@ -541,8 +564,8 @@ func TestIdleHoldsNoPipe(t *testing.T) {
 		st := splice.ReadStats()
 		return st.PipesInUse == 0 && st.BuffersInUse == 0
 	})
-	if st := splice.ReadStats(); st.PipesCreated+st.PipesReused == 0 && runtime.GOOS == "linux" {
-		t.Errorf("the relay never took a pipe: not splicing? %+v", st)
+	if st := splice.ReadStats(); st.PipesCreated+st.PipesReused == before.PipesCreated+before.PipesReused && runtime.GOOS == "linux" {
+		t.Errorf("the relay never took a pipe for bulk: not splicing? %+v", st)
 	}
 	for _, c := range cs {
 		if err := ping(c); err != nil {
