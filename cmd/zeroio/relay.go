@@ -26,7 +26,8 @@ moving bytes with splice(2) on Linux. Addresses are URLs:
 
   tcp://127.0.0.1:8080     tcp://[::1]:8080     tcp://0.0.0.0:8080 (every network)
   unix:///run/app.sock     unix://@abstract     udp://127.0.0.1:5353
-  (tcp4, tcp6, udp4 and udp6 pin the family)
+  (tcp4, tcp6, udp4 and udp6 pin the family; an IPv6 zone is written
+  [fe80::1%25eth0], as in a URL, or [fe80::1%eth0])
 
 LISTEN must name its host: tcp://:8080 is refused rather than silently
 opening the port to every network. Streams pair freely (TCP to Unix and
@@ -166,7 +167,7 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 		args = fs.Args()[1:]
 	}
 	if *help {
-		fmt.Fprint(stdout, relayHelp)
+		io.WriteString(stdout, relayHelp)
 		fs.SetOutput(stdout)
 		fs.PrintDefaults()
 		return 0
