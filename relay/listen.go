@@ -25,12 +25,9 @@ func listenStream(r *Route) ([]net.Listener, error) {
 		}
 		return []net.Listener{ln}, nil
 	}
-	lc := net.ListenConfig{KeepAlive: r.KeepAlive}
-	if r.Workers > 1 {
-		if err := reusePortSupported(); err != nil {
-			return nil, err
-		}
-		lc.Control = setReusePort
+	lc, err := listenConfig(r)
+	if err != nil {
+		return nil, err
 	}
 	addr := r.Listen.Address
 	var lns []net.Listener
@@ -46,6 +43,19 @@ func listenStream(r *Route) ([]net.Listener, error) {
 		lns = append(lns, ln)
 	}
 	return lns, nil
+}
+
+// listenConfig is how a TCP or UDP route opens its sockets: r.Workers of
+// them in one SO_REUSEPORT group when there is more than one.
+func listenConfig(r *Route) (net.ListenConfig, error) {
+	lc := net.ListenConfig{KeepAlive: r.KeepAlive} // ignored by UDP sockets
+	if r.Workers > 1 {
+		if err := reusePortSupported(); err != nil {
+			return lc, err
+		}
+		lc.Control = setReusePort
+	}
+	return lc, nil
 }
 
 // listenUnix listens on a Unix socket path, first removing a stale socket

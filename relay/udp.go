@@ -66,12 +66,9 @@ func listenUDP(rt *route, r *Route) (*udpRoute, error) {
 	if err != nil {
 		return nil, err
 	}
-	var lc net.ListenConfig
-	if r.Workers > 1 {
-		if err := reusePortSupported(); err != nil {
-			return nil, err
-		}
-		lc.Control = setReusePort
+	lc, err := listenConfig(r)
+	if err != nil {
+		return nil, err
 	}
 	u := &udpRoute{
 		rt: rt, tnet: r.Target.Network, sessions: map[netip.AddrPort]*session{},

@@ -102,7 +102,7 @@ func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
 			errs = append(errs, fmt.Errorf("%s: route %d: %s", path, i+1, oneLine(err)))
 			continue
 		}
-		spec.ownUnix = spec.UnixMode != "" || spec.UnixUser != "" || spec.UnixGroup != ""
+		spec.ownUnix = spec.setsUnix()
 		for _, f := range []struct{ own, def *string }{
 			{&spec.UnixMode, &defaults.UnixMode}, {&spec.UnixUser, &defaults.UnixUser}, {&spec.UnixGroup, &defaults.UnixGroup},
 		} {
@@ -204,6 +204,12 @@ func (s routeSpec) route() (relay.Route, error) {
 		return fail("negative workers or limit")
 	}
 	return r, nil
+}
+
+// setsUnix reports whether s gives a Unix socket file's mode, owner or
+// group.
+func (s routeSpec) setsUnix() bool {
+	return s.UnixMode != "" || s.UnixUser != "" || s.UnixGroup != ""
 }
 
 // parseMode reads a file mode in octal, as chmod(1) takes it: 660, 0660 or

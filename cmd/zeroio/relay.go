@@ -204,7 +204,7 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 		}
 	case len(pos) == 2:
 		spec.Listen, spec.Target = pos[0], pos[1]
-		spec.ownUnix = spec.UnixMode != "" || spec.UnixUser != "" || spec.UnixGroup != ""
+		spec.ownUnix = spec.setsUnix()
 		r, err := spec.route()
 		if err != nil {
 			return fail(err)
