@@ -65,7 +65,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	suites := fs.String("suite", strings.Join(bench.Groups, ","), "comma-separated suites to run: "+strings.Join(bench.Groups, ", "))
 	fs.IntVar(&o.count, "count", 6, "rounds: samples per benchmark (medians need at least 6)")
 	fs.BoolVar(&o.quick, "quick", false, "smoke run under a minute: fewer cases, 2 rounds, short runs (for CI)")
-	fs.BoolVar(&o.full, "full", false, "every configuration the go test suites have (every size, batch and chunk): about 11 minutes")
+	fs.BoolVar(&o.full, "full", false, "every configuration the go test suites have (every size, batch and chunk): about 13 minutes on 2 cores")
 	fs.StringVar(&o.out, "out", "bench-out", "directory for table.txt, bench.txt, results.json and report.html")
 	fs.BoolVar(&o.json, "json", false, "print results.json to stdout instead of the table")
 	fs.DurationVar(&o.benchtime, "benchtime", 0, "target time per sample (default 60ms; 10ms with --quick, 100ms with --full)")
