@@ -735,12 +735,16 @@ func TestInteractive(t *testing.T) {
 		t.Helper()
 		for i := range msgs {
 			m := payload(size, seed+uint64(i))
-			if _, err := client.Write(m); err != nil {
-				t.Fatal(err)
-			}
+			// Write while the server reads: the sockets and the pipe
+			// between them need not hold a whole bulk message.
+			werr := make(chan error, 1)
+			go func() { _, err := client.Write(m); werr <- err }()
 			server.SetReadDeadline(time.Now().Add(10 * time.Second))
 			if _, err := io.ReadFull(server, buf[:size]); err != nil {
 				t.Fatalf("message %d: %v", i, err)
+			}
+			if err := <-werr; err != nil {
+				t.Fatal(err)
 			}
 			if !bytes.Equal(buf[:size], m) {
 				t.Fatalf("message %d differs", i)
