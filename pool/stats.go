@@ -3,6 +3,7 @@ package pool
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/zeroio/zeroio/internal/percpu"
@@ -50,6 +51,10 @@ var (
 
 // counts is the per-P block of counters every pool keeps.
 type counts struct {
+	// The zero-length atomic field aligns counts, and whatever holds it,
+	// to 8 bytes on 32-bit platforms, where the atomic loads of Stats
+	// need it.
+	_                                     [0]atomic.Uint64
 	hits, misses, puts, rejected, dropped uint64 // gets = hits + misses
 }
 
