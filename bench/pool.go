@@ -87,17 +87,8 @@ func poolImpls() []poolImpl {
 				p.Put(b)
 			}
 		}},
-		{"zeroio-slab", func(size int) func() {
-			s, err := pool.NewSlab(pool.SlabOptions{SlotSize: size, Slots: 256})
-			if err != nil {
-				panic(err)
-			}
-			return func() {
-				b := s.Get()
-				b[0] = 1
-				_ = s.Put(b)
-			}
-		}},
+		{"zeroio-slab", slabOp(false)},
+		{"zeroio-slab-perp", slabOp(true)},
 		{"zeroio-arena", func(size int) func() {
 			a, err := pool.NewArena(pool.ArenaOptions{ShardSize: 1 << 20, Retries: 2})
 			if err != nil {
@@ -156,22 +147,41 @@ func poolCases(sc Scale) []Case {
 	return cs
 }
 
+// slabOp returns BenchmarkPool's op for a Slab of 256 slots, with or
+// without per-P caches.
+func slabOp(perP bool) func(size int) func() {
+	return func(size int) func() {
+		s, err := pool.NewSlab(pool.SlabOptions{SlotSize: size, Slots: 256, PerPCache: perP})
+		if err != nil {
+			panic(err)
+		}
+		return func() {
+			b := s.Get()
+			b[0] = 1
+			_ = s.Put(b)
+		}
+	}
+}
+
 // BenchmarkSeedBytePool is the fixed-slot article's benchmark (seed 002):
 // Get and Put a 10-byte buffer from a pool of 10, serially. The article's
 // own BytePool spins forever when full and lets a double Put hand one slot
 // to two owners; Slab does neither, with its bound and checks on.
 func seedBytePoolCases(Scale) []Case {
-	return []Case{{"impl=zeroio-slab", func(b *testing.B) {
-		s, err := pool.NewSlab(pool.SlabOptions{SlotSize: 10, Slots: 10})
-		if err != nil {
-			b.Fatal(err)
+	slab := func(perP bool) func(b *testing.B) {
+		return func(b *testing.B) {
+			s, err := pool.NewSlab(pool.SlabOptions{SlotSize: 10, Slots: 10, PerPCache: perP})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for range b.N {
+				d := s.Get()
+				_ = s.Put(d)
+			}
 		}
-		b.ReportAllocs()
-		for range b.N {
-			d := s.Get()
-			_ = s.Put(d)
-		}
-	}}, {"impl=syncpool-slice", func(b *testing.B) {
+	}
+	return []Case{{"impl=zeroio-slab", slab(false)}, {"impl=zeroio-slab-perp", slab(true)}, {"impl=syncpool-slice", func(b *testing.B) {
 		p := &sync.Pool{New: func() any { return make([]byte, 10) }}
 		b.ReportAllocs()
 		for range b.N {

@@ -24,7 +24,7 @@ func FuzzSlab(f *testing.F) {
 	f.Add([]byte{6, 6, 6, 6, 6, 6, 6, 6, 6, 0, 7, 1, 4})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		const slots, size = 8, 24
-		s := mustSlab(t, size, slots)
+		s := mustSlab(t, size, slots, len(ops)%2 == 1) // with per-P caches or not
 		var held, released [][]byte
 		for k, op := range ops {
 			switch op % 8 {

@@ -18,3 +18,7 @@ func Inc(p *uint64) { *p++ }
 
 // Add adds d to a per-P counter; see [Inc].
 func Add(p *uint64, d uint64) { *p += d }
+
+// Set stores v in a per-P word that other goroutines read with [Load]; see
+// [Inc].
+func Set(p *uint64, v uint64) { *p = v }

@@ -21,3 +21,6 @@ func Inc(p *uint64) { atomic.AddUint64(p, 1) }
 
 // Add adds d to a per-P counter.
 func Add(p *uint64, d uint64) { atomic.AddUint64(p, d) }
+
+// Set stores v in a per-P word that other goroutines read with [Load].
+func Set(p *uint64, v uint64) { atomic.StoreUint64(p, v) }
