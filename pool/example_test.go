@@ -27,6 +27,21 @@ func ExampleSlab() {
 	// pool: buffer returned twice
 }
 
+// A slab whose Ps keep their last returned slot: a Get/Put pair on one P
+// is then one compare-and-swap, and the checks are the same.
+func ExampleSlab_perPCache() {
+	slab, err := pool.NewSlab(pool.SlabOptions{SlotSize: 2048, Slots: 1024, PerPCache: true})
+	if err != nil {
+		panic(err)
+	}
+	b := slab.Get()
+	fmt.Println(slab.Put(b), slab.Put(b))
+	fmt.Println(slab.Stats().Outstanding)
+	// Output:
+	// <nil> pool: buffer returned twice
+	// 0
+}
+
 func ExampleArena() {
 	arena, err := pool.NewArena(pool.ArenaOptions{ShardSize: 64 << 10, Retries: 2})
 	if err != nil {
