@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/zeroio/zeroio/relay"
 )
 
 // TestConfigUnixMode: a unix_mode in defaults reaches only the routes that
@@ -61,4 +63,44 @@ routes:
 			t.Errorf("%q: err = %v, want %q", body, err, msg)
 		}
 	}
+}
+
+// FuzzLoadFile feeds config files of any shape to the loader: it must
+// never panic, an error must name the file on each of its lines (one per
+// bad route), and relay.New must take whatever the loader accepts without
+// panicking.
+func FuzzLoadFile(f *testing.F) {
+	for _, seed := range []string{
+		"routes:\n  - {listen: tcp://127.0.0.1:1, target: tcp://127.0.0.1:2}\n",
+		"max_conns: 10\ndefaults:\n  idle_timeout: 1h\nroutes:\n  - name: a\n    listen: udp://[::1]:53\n    target: udp://9.9.9.9:53\n    session_timeout: 60s\n",
+		"routes:\n  - {listen: unix:///tmp/x.sock, target: tcp://127.0.0.1:2, unix_mode: 0660}\n",
+		"routes:\n  - {listen: tcp://127.0.0.1:1, target: tcp://127.0.0.1:2, allow: [10.0.0.0/8], send_proxy: v2}\n",
+		"routes: []\n",
+		"routes:\n  - listen: tcp://:1\n    target: 5\n",
+		"defaults: [1, 2]\nroutes: {}\n",
+		"{{{{",
+		"routes:\n  - &a {listen: tcp://127.0.0.1:1, target: tcp://127.0.0.1:2}\n  - *a\n",
+		"",
+	} {
+		f.Add(seed)
+	}
+	dir := f.TempDir()
+	path := filepath.Join(dir, "relay.yaml")
+	f.Fuzz(func(t *testing.T, body string) {
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, _, err := loadFile(path, routeSpec{})
+		if err != nil {
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if !strings.HasPrefix(line, path+": ") {
+					t.Fatalf("error line without the file's name: %q", line)
+				}
+			}
+			return
+		}
+		// Checks across routes (duplicate names or listen addresses) are
+		// relay.New's: it may refuse the config, but must not panic.
+		_, _ = relay.New(cfg)
+	})
 }
