@@ -563,12 +563,15 @@ func TestIperf3(t *testing.T) {
 		// iperf3's server handles one connection at a time: a client that
 		// arrives while it is still dropping a probe connection (ours, or
 		// the relay's target check) is refused with "control socket has
-		// closed unexpectedly". Retry that, and only that.
+		// closed unexpectedly", and one that arrives before it has ended
+		// the previous test with "the server is busy running a test".
+		// Retry those, and only those.
 		var out []byte
 		var err error
 		for try := 0; ; try++ {
 			out, err = exec.Command("iperf3", args...).Output()
-			if try < 3 && bytes.Contains(out, []byte("control socket has closed unexpectedly")) {
+			if try < 5 && (bytes.Contains(out, []byte("control socket has closed unexpectedly")) ||
+				bytes.Contains(out, []byte("the server is busy running a test"))) {
 				time.Sleep(300 * time.Millisecond)
 				continue
 			}
