@@ -83,12 +83,15 @@ func runIperf3(b *testing.B, impl string, reverse bool, size int64) {
 				break
 			}
 			// iperf3 now and then loses its control connection at the
-			// end of a test through a relay (socat most often); the
-			// run is retried and counted.
+			// end of a test through a relay (socat most often), or its
+			// server is still ending the previous test ("the server is
+			// busy running a test"); the run is retried, after a pause,
+			// and counted.
 			if try == 2 {
 				b.Fatal(err)
 			}
 			failures++
+			time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)
 		}
 		if impl == "socat" {
 			time.Sleep(50 * time.Millisecond) // let socat reap its forked child, whose CPU then counts
