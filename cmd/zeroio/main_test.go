@@ -454,7 +454,8 @@ routes:
 }
 
 // TestReloadAndGracefulShutdown: SIGHUP adds and removes routes without
-// touching an established connection; SIGTERM waits for it.
+// touching an established connection; SIGTERM waits for it, and /healthz
+// turns from 200 to 503 meanwhile.
 func TestReloadAndGracefulShutdown(t *testing.T) {
 	dir := t.TempDir()
 	backend := echoServer(t, "tcp", "127.0.0.1:0").Addr().String()
@@ -468,7 +469,21 @@ func TestReloadAndGracefulShutdown(t *testing.T) {
 		os.WriteFile(conf, []byte(b.String()), 0o644)
 	}
 	write("a")
-	p := startProc(t, 1, "-c", conf, "--shutdown-timeout", "20s")
+	metrics := freeAddr(t)
+	p := startProc(t, 1, "-c", conf, "--shutdown-timeout", "20s", "--metrics", metrics)
+	healthz := func() (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + metrics + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := healthz(); code != http.StatusOK || body != "ok\n" {
+		t.Fatalf("/healthz while serving: %d %q", code, body)
+	}
 	aAddr := p.addr(t, "a")
 	c, err := net.Dial("tcp", aAddr)
 	if err != nil {
@@ -509,6 +524,9 @@ func TestReloadAndGracefulShutdown(t *testing.T) {
 	case <-p.exited:
 		t.Fatal("relay exited with a connection in flight")
 	case <-time.After(300 * time.Millisecond):
+	}
+	if code, body := healthz(); code != http.StatusServiceUnavailable || body != "shutting down\n" {
+		t.Fatalf("/healthz while draining: %d %q", code, body)
 	}
 	ping(t, c)
 	if err := roundTrip(c, 1<<20, 7); err != nil {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,10 +21,14 @@ import (
 type metricsServer struct {
 	srv *http.Server
 	ln  net.Listener
+	// draining is set when shutdown begins: /healthz then answers 503 so
+	// that a load balancer or orchestrator stops sending new clients
+	// while established connections finish.
+	draining atomic.Bool
 }
 
-// startMetrics serves /metrics on addr (host:port; the host is required,
-// as for relay listen addresses).
+// startMetrics serves /metrics and /healthz on addr (host:port; the host
+// is required, as for relay listen addresses).
 func startMetrics(addr string, rs *relay.Server, log *slog.Logger) (*metricsServer, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -41,16 +47,32 @@ func startMetrics(addr string, rs *relay.Server, log *slog.Logger) (*metricsServ
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
+	m := &metricsServer{ln: ln}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", m.healthz)
 	s := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	m.srv = s
 	go func() {
 		if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("metrics server failed", "err", err)
 		}
 	}()
 	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
-	return &metricsServer{srv: s, ln: ln}, nil
+	return m, nil
+}
+
+// healthz answers 200 "ok" while the relay serves and 503 "shutting down"
+// once a shutdown has begun.
+func (m *metricsServer) healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if m.draining.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		io.WriteString(w, "shutting down\n")
+		return
+	}
+	io.WriteString(w, "ok\n")
 }
 
 func (m *metricsServer) close() {

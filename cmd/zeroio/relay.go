@@ -86,7 +86,8 @@ file's defaults, then the flags):
       workers: 2              # readers on SO_REUSEPORT sockets (Linux)
 
 Signals: SIGINT or SIGTERM stops accepting and lets connections finish for
---shutdown-timeout, then closes them (a second signal closes at once).
+--shutdown-timeout, then closes them (a second signal closes at once);
+meanwhile /healthz on the --metrics address answers 503.
 SIGHUP reloads the config file: new routes start, removed routes stop
 listening, established connections are never touched; a bad file is
 logged and the running config kept.
@@ -148,7 +149,7 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&spec.UDPBuffer, "udp-buffer", relay.DefaultUDPBuffer, "receive and send buffer of a UDP route's sockets (listening and per session), in bytes")
 	fs.StringVar(&opt.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&opt.logFormat, "log-format", "text", "text or json (to stderr)")
-	fs.StringVar(&opt.metrics, "metrics", "", "serve Prometheus metrics at http://`host:port`/metrics")
+	fs.StringVar(&opt.metrics, "metrics", "", "serve Prometheus metrics at http://`host:port`/metrics, and /healthz (200, or 503 while shutting down)")
 	fs.DurationVar(&opt.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long connections may finish")
 	fs.BoolVar(&noCheck, "no-check", false, "start even if a target does not resolve or answer")
 	help := fs.Bool("help", false, "show this help")
@@ -253,6 +254,9 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		log.Info("shutting down", "signal", sig.String(), "timeout", opt.shutdownTimeout)
+		if metrics != nil {
+			metrics.draining.Store(true)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), opt.shutdownTimeout)
 		go func() {
 			if s := <-sigs; s != syscall.SIGHUP {
