@@ -612,3 +612,55 @@ func TestIperf3(t *testing.T) {
 		t.Logf("iperf3 reverse=%v: %.1f Gbit/s", reverse, res.End.SumReceived.Bps/1e9)
 	}
 }
+
+// TestCheckConfig: --check-config validates and lists the routes without
+// listening, checks targets unless --no-check, and fails like a real start
+// on a bad config.
+func TestCheckConfig(t *testing.T) {
+	backend := echoServer(t, "tcp", "127.0.0.1:0").Addr().String()
+	listen := freeAddr(t)
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "relay.yaml")
+	os.WriteFile(conf, []byte(fmt.Sprintf("metrics: 127.0.0.1:0\nroutes:\n  - {name: web, listen: tcp://%s, target: tcp://%s}\n  - {name: dns, listen: udp://127.0.0.1:0, target: udp://127.0.0.1:53}\n", listen, backend)), 0o644)
+	run := func(args ...string) (string, string, int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var stdout, stderr bytes.Buffer
+		cmd := exec.CommandContext(ctx, binary, append([]string{"relay", "--check-config"}, args...)...)
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return stdout.String(), stderr.String(), code
+	}
+	out, errOut, code := run("-c", conf)
+	want := fmt.Sprintf("route web: tcp://%s -> tcp://%s\nroute dns: udp://127.0.0.1:0 -> udp://127.0.0.1:53\nconfig ok: 2 routes\n", listen, backend)
+	if code != 0 || out != want {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	// Nothing listened: the route's port is still free.
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		t.Fatalf("--check-config left %s bound: %v", listen, err)
+	}
+	ln.Close()
+
+	if _, errOut, code := run("tcp://127.0.0.1:0", "tcp://127.0.0.1:1"); code == 0 || !strings.Contains(errOut, "unreachable") {
+		t.Fatalf("unreachable target: exit %d, stderr %q", code, errOut)
+	}
+	if out, _, code := run("--no-check", "tcp://127.0.0.1:0", "tcp://127.0.0.1:1"); code != 0 || !strings.HasSuffix(out, "config ok: 1 route\n") {
+		t.Fatalf("--no-check: exit %d, stdout %q", code, out)
+	}
+	os.WriteFile(conf, []byte("routes:\n  - {listen: tcp://:80, target: tcp://"+backend+"}\n"), 0o644)
+	if _, errOut, code := run("-c", conf); code == 0 || !strings.Contains(errOut, "has no host") {
+		t.Fatalf("bad config: exit %d, stderr %q", code, errOut)
+	}
+	if _, errOut, code := run("--metrics", ":9100", "--no-check", "tcp://127.0.0.1:0", "tcp://127.0.0.1:1"); code == 0 || !strings.Contains(errOut, "has no host") {
+		t.Fatalf("bad metrics address: exit %d, stderr %q", code, errOut)
+	}
+}

@@ -30,12 +30,8 @@ type metricsServer struct {
 // startMetrics serves /metrics and /healthz on addr (host:port; the host
 // is required, as for relay listen addresses).
 func startMetrics(addr string, rs *relay.Server, log *slog.Logger) (*metricsServer, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics address %q: want host:port, e.g. 127.0.0.1:9100", addr)
-	}
-	if host == "" {
-		return nil, fmt.Errorf("metrics address %q has no host: write 127.0.0.1%s for this machine only", addr, addr)
+	if err := checkMetricsAddr(addr); err != nil {
+		return nil, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
@@ -73,6 +69,19 @@ func (m *metricsServer) healthz(w http.ResponseWriter, _ *http.Request) {
 		return
 	}
 	io.WriteString(w, "ok\n")
+}
+
+// checkMetricsAddr refuses a metrics address that is not host:port with
+// an explicit host.
+func checkMetricsAddr(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("metrics address %q: want host:port, e.g. 127.0.0.1:9100", addr)
+	}
+	if host == "" {
+		return fmt.Errorf("metrics address %q has no host: write 127.0.0.1%s for this machine only", addr, addr)
+	}
+	return nil
 }
 
 func (m *metricsServer) close() {

@@ -44,6 +44,8 @@ Examples:
   zeroio relay udp://0.0.0.0:53 udp://9.9.9.9:53 --session-timeout 30s
   # many routes, with metrics for Prometheus
   zeroio relay -c relay.yaml --metrics 127.0.0.1:9100
+  # check an edited config file before sending SIGHUP
+  zeroio relay -c relay.yaml --check-config
 
 Config file (YAML; unknown keys are errors; route fields not set take the
 file's defaults, then the flags):
@@ -122,7 +124,7 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 		opt                  options
 		file                 string
 		global               int
-		noCheck              bool
+		noCheck, checkOnly   bool
 		allow, deny, trusted listFlag
 	)
 	fs.StringVar(&file, "c", "", "read routes from this YAML `file` (also --config)")
@@ -152,6 +154,7 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opt.metrics, "metrics", "", "serve Prometheus metrics at http://`host:port`/metrics, and /healthz (200, or 503 while shutting down)")
 	fs.DurationVar(&opt.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long connections may finish")
 	fs.BoolVar(&noCheck, "no-check", false, "start even if a target does not resolve or answer")
+	fs.BoolVar(&checkOnly, "check-config", false, "check the flags or config file (and each target, unless --no-check), list the routes and exit without listening")
 	help := fs.Bool("help", false, "show this help")
 	fs.BoolVar(help, "h", false, "show this help")
 
@@ -231,6 +234,26 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 		if err := checkTargets(cfg.Routes); err != nil {
 			return fail(fmt.Errorf("%v (--no-check starts anyway)", err))
 		}
+	}
+	if checkOnly {
+		if opt.metrics != "" {
+			if err := checkMetricsAddr(opt.metrics); err != nil {
+				return fail(err)
+			}
+		}
+		for _, r := range cfg.Routes {
+			name := ""
+			if r.Name != "" {
+				name = " " + r.Name
+			}
+			fmt.Fprintf(stdout, "route%s: %s -> %s\n", name, r.Listen, r.Target)
+		}
+		plural := "s"
+		if len(cfg.Routes) == 1 {
+			plural = ""
+		}
+		fmt.Fprintf(stdout, "config ok: %d route%s\n", len(cfg.Routes), plural)
+		return 0
 	}
 	var metrics *metricsServer
 	if opt.metrics != "" {
