@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -216,15 +215,25 @@ func roundTrip(c net.Conn, size int, seed uint64) error {
 		c.Write(data)
 		c.(interface{ CloseWrite() error }).CloseWrite()
 	}()
-	h := sha256.New()
-	n, err := io.Copy(h, c)
+	got, err := io.ReadAll(c)
 	if err != nil {
 		return err
 	}
-	if want := sha256.Sum256(data); n != int64(size) || !bytes.Equal(h.Sum(nil), want[:]) {
-		return fmt.Errorf("echo of %d bytes: got %d bytes, hash mismatch", size, n)
+	if !bytes.Equal(got, data) {
+		return fmt.Errorf("echo of %d bytes: got %d bytes, %s", size, len(got), firstDiff(got, data))
 	}
 	return nil
+}
+
+// firstDiff describes where got first differs from want, with the bytes
+// around it, so that a failure says what was lost, added or changed.
+func firstDiff(got, want []byte) string {
+	i := 0
+	for i < len(got) && i < len(want) && got[i] == want[i] {
+		i++
+	}
+	clip := func(b []byte) []byte { return b[min(i, len(b)):min(i+64, len(b))] }
+	return fmt.Sprintf("first difference at byte %d: got %q, want %q", i, clip(got), clip(want))
 }
 
 func TestUsageErrors(t *testing.T) {

@@ -66,7 +66,7 @@ routes:
   - {name: perclient, listen: "tcp://127.0.0.1:0", target: "tcp://%[1]s", max_conns_per_client: 1}
 `, backend, backend6)
 	p := startProc(t, 5, "-c", conf)
-	dial := func(route string) net.Conn {
+	dial := func(t *testing.T, route string) net.Conn {
 		t.Helper()
 		addr := p.addr(t, route)
 		c, err := net.Dial("tcp", addr)
@@ -78,28 +78,28 @@ routes:
 	}
 
 	t.Run("acl", func(t *testing.T) {
-		if err := refused(dial("deny4")); err != nil {
+		if err := refused(dial(t, "deny4")); err != nil {
 			t.Errorf("deny4: a denied client: %v", err)
 		}
-		if err := refused(dial("allowonly")); err != nil {
+		if err := refused(dial(t, "allowonly")); err != nil {
 			t.Errorf("allowonly: a client outside the allow list: %v", err)
 		}
-		ping(t, dial("allow6"))
+		ping(t, dial(t, "allow6"))
 		p.waitLog(t, "client denied", 2)
 	})
 
 	t.Run("max_conns", func(t *testing.T) {
-		a, b := dial("limited"), dial("limited")
+		a, b := dial(t, "limited"), dial(t, "limited")
 		ping(t, a)
 		ping(t, b)
-		if err := refused(dial("limited")); err != nil {
+		if err := refused(dial(t, "limited")); err != nil {
 			t.Errorf("third connection over max_conns 2: %v", err)
 		}
 		a.Close()
 		// The slot comes back once the relay sees a's close.
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			c := dial("limited")
+			c := dial(t, "limited")
 			c.SetDeadline(time.Now().Add(5 * time.Second))
 			io.WriteString(c, "ping")
 			var buf [4]byte
@@ -115,9 +115,9 @@ routes:
 	})
 
 	t.Run("max_conns_per_client", func(t *testing.T) {
-		a := dial("perclient")
+		a := dial(t, "perclient")
 		ping(t, a)
-		if err := refused(dial("perclient")); err != nil {
+		if err := refused(dial(t, "perclient")); err != nil {
 			t.Errorf("second connection from one client: %v", err)
 		}
 		p.waitLog(t, "client over its connection limit", 1)
@@ -440,7 +440,7 @@ drain:
 		}
 	}
 
-	through := func(front string, seed uint64) {
+	through := func(t *testing.T, front string, seed uint64) {
 		t.Helper()
 		c, err := net.Dial("tcp", front)
 		if err != nil {
@@ -459,11 +459,11 @@ drain:
 			t.Fatalf("via %s: no header reached the backend", front)
 		}
 	}
-	t.Run("haproxy-v2-relay-v1-haproxy", func(t *testing.T) { through(ha1, 1) })
-	t.Run("haproxy-v1-relay-v2-haproxy", func(t *testing.T) { through(ha2, 2) })
+	t.Run("haproxy-v2-relay-v1-haproxy", func(t *testing.T) { through(t, ha1, 1) })
+	t.Run("haproxy-v1-relay-v2-haproxy", func(t *testing.T) { through(t, ha2, 2) })
 
 	// sendHeader dials a relay route as a client that speaks PROXY itself.
-	sendHeader := func(addr, header string) net.Conn {
+	sendHeader := func(t *testing.T, addr, header string) net.Conn {
 		t.Helper()
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
@@ -476,10 +476,10 @@ drain:
 	t.Run("acl-on-proxied-source", func(t *testing.T) {
 		// The access list judges the address in the header, not the
 		// socket's.
-		if err := refused(sendHeader(z2, "PROXY TCP4 192.0.2.7 127.0.0.1 4444 80\r\n")); err != nil {
+		if err := refused(sendHeader(t, z2, "PROXY TCP4 192.0.2.7 127.0.0.1 4444 80\r\n")); err != nil {
 			t.Errorf("a denied proxied source: %v", err)
 		}
-		ping(t, sendHeader(z2, "PROXY TCP4 198.51.100.9 127.0.0.1 5555 80\r\n"))
+		ping(t, sendHeader(t, z2, "PROXY TCP4 198.51.100.9 127.0.0.1 5555 80\r\n"))
 		select {
 		case got := <-srcs:
 			if got != "198.51.100.9:5555" {
@@ -490,7 +490,7 @@ drain:
 		}
 	})
 	t.Run("bad-header", func(t *testing.T) {
-		if err := refused(sendHeader(z1, "GET / HTTP/1.0\r\n\r\n")); err != nil {
+		if err := refused(sendHeader(t, z1, "GET / HTTP/1.0\r\n\r\n")); err != nil {
 			t.Errorf("a client without a PROXY header: %v", err)
 		}
 		p.waitLog(t, "bad PROXY header", 1)
