@@ -731,9 +731,15 @@ func TestInteractive(t *testing.T) {
 	}()
 	buf := make([]byte, 8<<20)
 	var sent int64
-	exchange := func(msgs, size int, seed uint64) {
+	// exchange sends msgs messages one at a time, each read by the server
+	// before the next is sent; the first pauses of them are followed by a
+	// pause, in which the copy finds src empty.
+	exchange := func(msgs, size int, seed uint64, pauses int) {
 		t.Helper()
 		for i := range msgs {
+			if i > 0 && i <= pauses {
+				time.Sleep(20 * time.Millisecond)
+			}
 			m := payload(size, seed+uint64(i))
 			// Write while the server reads: the sockets and the pipe
 			// between them need not hold a whole bulk message.
@@ -755,16 +761,21 @@ func TestInteractive(t *testing.T) {
 	// Byte counts reach Stats when a copy ends; pipe counts at once.
 	pipes := func() uint64 { s := ReadStats(); return s.PipesCreated + s.PipesReused }
 	s0, p0 := ReadStats(), pipes()
-	exchange(200, 100, 1)
+	exchange(200, 100, 1, 0)
 	if p := pipes(); p-p0 > 5 { // spliced, each would take one
 		t.Fatalf("short messages took %d pipes", p-p0)
 	}
-	exchange(1, 8<<20, 2) // bulk
+	exchange(1, 8<<20, 2, 0) // bulk
 	p1 := pipes()
 	if p1 == p0 {
 		t.Fatal("bulk took no pipe")
 	}
-	exchange(200, 100, 3)
+	// After a bulk burst the copy splices until it waits for src after
+	// fewer than 16 KiB. Messages sent back to back need not give it that
+	// wait: on a loaded machine the copy can find each one already there
+	// and keep splicing. The pauses after the first three make sure it
+	// waits; every later message must then go by read and write.
+	exchange(200, 100, 3, 3)
 	if p := pipes(); p-p1 > 10 {
 		t.Fatalf("short messages after bulk took %d pipes", p-p1)
 	}
