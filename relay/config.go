@@ -101,6 +101,10 @@ type Route struct {
 	// MaxSessions limits concurrent UDP sessions; datagrams from new
 	// clients over the limit are dropped and counted.
 	MaxSessions int
+
+	// own is UnixUser and UnixGroup resolved to ids by validate, so the
+	// bind does not look them up again; nil keeps the process's.
+	own *owner
 }
 
 // Config is everything a [Server] needs. The relay package reads no flags
@@ -177,8 +181,12 @@ func (r *Route) validate() error {
 			bad("unix mode, user and group are not supported on windows")
 		}
 	}
-	if _, err := lookupOwner(r.UnixUser, r.UnixGroup); err != nil {
-		bad("%v", err)
+	if r.UnixUser != "" || r.UnixGroup != "" {
+		if own, err := lookupOwner(r.UnixUser, r.UnixGroup); err != nil {
+			bad("%v", err)
+		} else {
+			r.own = &own
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("route %q: %w", r.Name, err)

@@ -15,9 +15,9 @@ import (
 // listenStream opens r.Workers listeners for a stream route.
 func listenStream(r *Route) ([]net.Listener, error) {
 	if r.Listen.Network == "unix" {
-		own, err := lookupOwner(r.UnixUser, r.UnixGroup)
-		if err != nil {
-			return nil, err
+		own := owner{-1, -1}
+		if r.own != nil { // resolved when the config was validated
+			own = *r.own
 		}
 		ln, err := listenUnix(r.Listen.Address, r.UnixMode, own)
 		if err != nil {
@@ -116,35 +116,37 @@ type owner struct{ uid, gid int }
 // is, a name through the system's user and group databases.
 func lookupOwner(usr, grp string) (owner, error) {
 	o := owner{-1, -1}
+	var err error
 	if usr != "" {
-		id, err := lookupID(usr, func(s string) (string, error) {
-			u, err := user.Lookup(s)
-			if err != nil {
-				return "", err
-			}
-			return u.Uid, nil
-		})
-		if err != nil {
-			return o, fmt.Errorf("unix user %q: %v", usr, err)
+		if o.uid, err = lookupID(usr, userID); err != nil {
+			return owner{}, fmt.Errorf("unix user %q: %v", usr, err)
 		}
-		o.uid = id
 	}
 	if grp != "" {
-		id, err := lookupID(grp, func(s string) (string, error) {
-			g, err := user.LookupGroup(s)
-			if err != nil {
-				return "", err
-			}
-			return g.Gid, nil
-		})
-		if err != nil {
-			return o, fmt.Errorf("unix group %q: %v", grp, err)
+		if o.gid, err = lookupID(grp, groupID); err != nil {
+			return owner{}, fmt.Errorf("unix group %q: %v", grp, err)
 		}
-		o.gid = id
 	}
 	return o, nil
 }
 
+func userID(name string) (string, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		return "", err
+	}
+	return u.Uid, nil
+}
+
+func groupID(name string) (string, error) {
+	g, err := user.LookupGroup(name)
+	if err != nil {
+		return "", err
+	}
+	return g.Gid, nil
+}
+
+// lookupID returns s as a numeric id, or the id byName finds for it.
 func lookupID(s string, byName func(string) (string, error)) (int, error) {
 	if n, err := strconv.ParseUint(s, 10, 31); err == nil {
 		return int(n), nil
