@@ -20,7 +20,6 @@ import (
 
 type metricsServer struct {
 	srv *http.Server
-	ln  net.Listener
 	// draining is set when shutdown begins: /healthz then answers 503 so
 	// that a load balancer or orchestrator stops sending new clients
 	// while established connections finish.
@@ -43,7 +42,7 @@ func startMetrics(addr string, rs *relay.Server, log *slog.Logger) (*metricsServ
 	if err != nil {
 		return nil, fmt.Errorf("metrics: %w", err)
 	}
-	m := &metricsServer{ln: ln}
+	m := &metricsServer{}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", m.healthz)
