@@ -3,6 +3,7 @@ package splice
 import (
 	"io"
 	"math"
+	"os"
 )
 
 // Copy copies from src to dst until EOF on src or an error, and returns the
@@ -27,7 +28,10 @@ func CopyN(dst io.Writer, src io.Reader, n int64) (written int64, err error) {
 	}
 	c := Copier{Limit: n}
 	written, err = c.Copy(dst, src)
-	if written < n && err == nil {
+	if written == n {
+		return n, nil
+	}
+	if err == nil {
 		err = io.EOF
 	}
 	return written, err
@@ -74,6 +78,13 @@ func (c *Copier) Copy(dst io.Writer, src io.Reader) (written int64, err error) {
 	if remain <= 0 {
 		return 0, nil
 	}
+	// A nil *os.File end fails at once, as its own methods do.
+	if f, ok := dst.(*os.File); ok && f == nil {
+		return 0, os.ErrInvalid
+	}
+	if f, ok := src.(*os.File); ok && f == nil {
+		return 0, os.ErrInvalid
+	}
 	// Unwrap io.LimitedReader as io.Copy's fast paths do, keeping its N
 	// current, so CopyN-style callers keep splicing.
 	if lr, ok := src.(*io.LimitedReader); ok {
@@ -108,19 +119,21 @@ type Unwrapper interface {
 	UnwrapConn() any
 }
 
-// unwrap peels Unwrapper layers off v. It returns v itself if no layer
-// offers a replacement.
-func unwrap(v any) any {
+// unwrap peels Unwrapper layers off v. It returns v itself, and false, if
+// any layer refuses (returns nil): the bytes of that layer are not all in
+// its descriptor, so nothing under it may be used either.
+func unwrap(v any) (any, bool) {
+	orig, peeled := v, false
 	for range maxUnwrap {
 		u, ok := v.(Unwrapper)
 		if !ok {
-			return v
+			return v, peeled
 		}
 		w := u.UnwrapConn()
 		if w == nil {
-			return v
+			return orig, false
 		}
-		v = w
+		v, peeled = w, true
 	}
-	return v
+	return v, peeled
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -108,21 +109,21 @@ func hasFD(v any, unwrapped bool) bool {
 }
 
 func (c *Copier) copy(dst io.Writer, src io.Reader, remain int64) (written int64, err error) {
-	s := unwrap(src)
-	if !hasFD(s, s != any(src)) {
+	s, sOK := unwrap(src)
+	if !hasFD(s, sOK) {
 		var t tally
 		written, err = copyBuffer(dst, src, remain, c.Progress, &t)
 		t.flush()
 		return written, err
 	}
-	d := unwrap(dst)
+	d, dOK := unwrap(dst)
 	j := jobs.Get().(*job)
 	j.progress, j.src, j.dst, j.srcR, j.dstW, j.remain = c.Progress, s, d, src, dst, remain
 	j.pipeSize = c.PipeSize
 	if j.pipeSize <= 0 {
 		j.pipeSize = DefaultPipeSize
 	}
-	err = j.run(hasFD(d, d != any(dst)))
+	err = j.run(hasFD(d, dOK))
 	if j.buf != nil {
 		putBuf(j.buf)
 	}
@@ -326,6 +327,9 @@ func notSupported(errno error) bool {
 
 // advance adds n bytes that reached dst by path p.
 func (j *job) advance(p path, n int) {
+	if n == 0 {
+		return
+	}
 	j.written += int64(n)
 	j.remain -= int64(n)
 	j.t.moved(p, n)
@@ -601,7 +605,14 @@ func (j *job) fileCopy(p path) (handled bool, err error) {
 			if j.written == 0 && (notSupported(j.errno) ||
 				// copy_file_range: EIO on CIFS (go.dev/issue/42334),
 				// EPERM in some containers (go.dev/issue/40893).
-				p == pathCopyFileRange && (j.errno == unix.EIO || j.errno == unix.EPERM)) {
+				p == pathCopyFileRange && (j.errno == unix.EIO || j.errno == unix.EPERM) ||
+				// EBADF: an end not open for what the call needs
+				// (src write-only; dst O_APPEND, which
+				// copy_file_range refuses and write(2) takes). The
+				// next paths find out which end it was, so the
+				// error names that end, as its own Read or Write
+				// would.
+				j.errno == unix.EBADF) {
 				return false, nil
 			}
 			return true, opError(j.dst, "write", os.NewSyscallError(name, j.errno))
@@ -673,16 +684,24 @@ func opError(v any, op string, err error) error {
 		if err == errFileClosing() {
 			err = os.ErrClosed // as (*os.File).Read reports it
 		}
-		return &os.PathError{Op: op, Path: c.Name(), Err: err}
+		var name string
+		if c != nil {
+			name = c.Name()
+		}
+		return &os.PathError{Op: op, Path: name, Err: err}
 	}
 	return &net.OpError{Op: op, Err: err}
 }
 
 // errFileClosing returns the error a closed *os.File's RawConn reports
 // (internal/poll's ErrFileClosing, which os maps to os.ErrClosed in its own
-// methods but not in RawConn's), learned once from a closed pipe so it can
-// be compared by identity.
-var errFileClosing = sync.OnceValue(func() error {
+// methods but not in RawConn's), learned from a closed pipe so it can be
+// compared by identity. A failure to learn it (no descriptors left) is not
+// remembered: the next call tries again.
+func errFileClosing() error {
+	if e := fileClosing.Load(); e != nil {
+		return *e
+	}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil
@@ -693,5 +712,11 @@ var errFileClosing = sync.OnceValue(func() error {
 	if err != nil {
 		return nil
 	}
-	return rc.Control(func(uintptr) {})
-})
+	e := rc.Control(func(uintptr) {})
+	if e != nil {
+		fileClosing.Store(&e)
+	}
+	return e
+}
+
+var fileClosing atomic.Pointer[error]

@@ -63,9 +63,12 @@
 // # The netpoller, deadlines and idle copies
 //
 // Every wait happens in Go's netpoller through syscall.RawConn on both
-// ends, so read and write deadlines are honoured, and closing either end
-// unblocks the copy with an error that satisfies errors.Is(err,
-// net.ErrClosed) (os.ErrClosed for files). Errors are *net.OpError for
+// ends, so read and write deadlines are honoured, and closing the end the
+// copy is waiting on unblocks it with an error that satisfies
+// errors.Is(err, net.ErrClosed) (os.ErrClosed for files). As with
+// io.Copy, closing dst while the copy waits for src to become readable
+// is seen only when src next delivers bytes (or EOF); close src, or set
+// a deadline on it, to stop an idle copy. Errors are *net.OpError for
 // conns and *os.PathError for files, around an *os.SyscallError that
 // names the system call.
 //
