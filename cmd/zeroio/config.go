@@ -84,6 +84,19 @@ func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
 		}
 		return relay.Config{}, fc, fmt.Errorf("%s: %s", path, oneLine(err))
 	}
+	// A later document, unless it is empty (a trailing ---), would be
+	// ignored by a single Decode: refuse it.
+	for {
+		var more yaml.Node
+		err := dec.Decode(&more)
+		if err == io.EOF {
+			break
+		}
+		if err == nil && emptyDoc(&more) {
+			continue
+		}
+		return relay.Config{}, fc, fmt.Errorf("%s: more than one YAML document (a second --- line); put every route in one", path)
+	}
 	defaults := base
 	if !fc.Defaults.IsZero() {
 		if err := decodeStrict(&fc.Defaults, &defaults); err != nil {
@@ -235,4 +248,13 @@ func parseCIDR(s string) (netip.Prefix, error) {
 		return netip.Prefix{}, fmt.Errorf("%q is not a CIDR (10.0.0.0/8, 2001:db8::/32) or an address", s)
 	}
 	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// emptyDoc reports whether n is a YAML document with nothing in it.
+func emptyDoc(n *yaml.Node) bool {
+	if n.Kind == yaml.DocumentNode && len(n.Content) == 1 {
+		n = n.Content[0]
+	}
+	return n.Kind == 0 || n.Kind == yaml.DocumentNode && len(n.Content) == 0 ||
+		n.Kind == yaml.ScalarNode && n.Tag == "!!null"
 }

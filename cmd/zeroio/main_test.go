@@ -546,6 +546,49 @@ func TestReloadAndGracefulShutdown(t *testing.T) {
 	}
 }
 
+// TestReloadGlobalLimitAndSignals: a reload applies the file's new
+// max_conns (it is not taken for a --max-conns flag), and a SIGHUP during
+// the shutdown drain does not swallow the second SIGTERM that closes at
+// once.
+func TestReloadGlobalLimitAndSignals(t *testing.T) {
+	backend := echoServer(t, "tcp", "127.0.0.1:0").Addr().String()
+	conf := filepath.Join(t.TempDir(), "relay.yaml")
+	write := func(max int) {
+		os.WriteFile(conf, fmt.Appendf(nil, "max_conns: %d\nroutes:\n  - {name: a, listen: tcp://127.0.0.1:0, target: tcp://%s}\n", max, backend), 0o644)
+	}
+	write(1)
+	p := startProc(t, 1, "-c", conf, "--shutdown-timeout", "60s")
+	addr := p.addr(t, "a")
+	dial := func() net.Conn {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	held := dial()
+	ping(t, held)
+	if err := refused(dial()); err != nil {
+		t.Fatalf("max_conns 1, a second connection: %v", err)
+	}
+	write(10)
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.waitLog(t, "reloaded", 1)
+	ping(t, dial()) // the new limit holds
+
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.waitLog(t, "shutting down", 1)
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.waitLog(t, "SIGHUP ignored: shutting down", 1)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.waitLog(t, "second signal: closing now", 1)
+	if err := p.wait(t, 10*time.Second); err != nil {
+		t.Fatalf("exit after the second SIGTERM: %v", err)
+	}
+}
+
 func ping(t *testing.T, c net.Conn) {
 	t.Helper()
 	c.SetDeadline(time.Now().Add(5 * time.Second))
@@ -671,5 +714,14 @@ func TestCheckConfig(t *testing.T) {
 	}
 	if _, errOut, code := run("--metrics", ":9100", "--no-check", "tcp://127.0.0.1:0", "tcp://127.0.0.1:1"); code == 0 || !strings.Contains(errOut, "has no host") {
 		t.Fatalf("bad metrics address: exit %d, stderr %q", code, errOut)
+	}
+	for _, m := range []string{"127.0.0.1:notaport", "127.0.0.1:99999"} {
+		if _, errOut, code := run("--metrics", m, "--no-check", "tcp://127.0.0.1:0", "tcp://127.0.0.1:1"); code == 0 || !strings.Contains(errOut, "bad port") {
+			t.Errorf("metrics address %s: exit %d, stderr %q", m, code, errOut)
+		}
+	}
+	os.WriteFile(conf, []byte("routes:\n  - {listen: tcp://127.0.0.1:0, target: tcp://"+backend+"}\n---\nroutes: bogus\n"), 0o644)
+	if _, errOut, code := run("-c", conf); code == 0 || !strings.Contains(errOut, "more than one YAML document") {
+		t.Errorf("a second YAML document: exit %d, stderr %q", code, errOut)
 	}
 }

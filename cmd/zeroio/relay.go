@@ -191,9 +191,7 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 		}
 		cfg = c
 		// Flags given explicitly win over the file's global settings.
-		if !set["max-conns"] {
-			global = fc.MaxConns
-		}
+		cfg.MaxConns = maxConns(set["max-conns"], global, fc)
 		if !set["shutdown-timeout"] && fc.ShutdownTimeout > 0 {
 			opt.shutdownTimeout = fc.ShutdownTimeout
 		}
@@ -214,12 +212,12 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 		cfg.Routes = []relay.Route{r}
+		cfg.MaxConns = global
 	case len(pos) < 2:
 		return fail(errors.New("need LISTEN and TARGET addresses, or -c FILE (see zeroio relay --help)"))
 	default:
 		return fail(fmt.Errorf("too many arguments: %q (see zeroio relay --help)", pos[2:]))
 	}
-	cfg.MaxConns = global
 
 	log, err := newLogger(stderr, opt.logLevel, opt.logFormat)
 	if err != nil {
@@ -273,7 +271,7 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 	}
 	for sig := range sigs {
 		if sig == syscall.SIGHUP {
-			reload(srv, file, spec, global, log)
+			reload(srv, file, spec, set["max-conns"], global, log)
 			continue
 		}
 		log.Info("shutting down", "signal", sig.String(), "timeout", opt.shutdownTimeout)
@@ -282,9 +280,19 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), opt.shutdownTimeout)
 		go func() {
-			if s := <-sigs; s != syscall.SIGHUP {
-				log.Info("second signal: closing now", "signal", s.String())
-				cancel()
+			for {
+				select {
+				case s := <-sigs:
+					if s == syscall.SIGHUP {
+						log.Warn("SIGHUP ignored: shutting down")
+						continue
+					}
+					log.Info("second signal: closing now", "signal", s.String())
+					cancel()
+					return
+				case <-ctx.Done():
+					return
+				}
 			}
 		}()
 		err := srv.Shutdown(ctx)
@@ -300,7 +308,7 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 
 // reload re-reads the config file on SIGHUP; on any error the running
 // configuration stays.
-func reload(srv *relay.Server, file string, base routeSpec, global int, log *slog.Logger) {
+func reload(srv *relay.Server, file string, base routeSpec, flagSet bool, flagMax int, log *slog.Logger) {
 	if file == "" {
 		log.Warn("SIGHUP ignored: no config file (-c) to reload")
 		return
@@ -310,15 +318,21 @@ func reload(srv *relay.Server, file string, base routeSpec, global int, log *slo
 		log.Error("reload failed; keeping the running config", "err", err)
 		return
 	}
-	if global == 0 {
-		global = fc.MaxConns
-	}
-	cfg.MaxConns = global
+	cfg.MaxConns = maxConns(flagSet, flagMax, fc)
 	if err := srv.Update(cfg); err != nil {
 		log.Error("reload incomplete", "err", err)
 		return
 	}
 	log.Info("reloaded", "file", file, "routes", len(cfg.Routes))
+}
+
+// maxConns is the global connection limit: --max-conns if it was given,
+// else the file's max_conns, at start and at every reload alike.
+func maxConns(flagSet bool, flagMax int, fc fileConfig) int {
+	if flagSet {
+		return flagMax
+	}
+	return fc.MaxConns
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
