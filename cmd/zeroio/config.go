@@ -97,6 +97,9 @@ func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
 		}
 		return relay.Config{}, fc, fmt.Errorf("%s: more than one YAML document (a second --- line); put every route in one", path)
 	}
+	if fc.ShutdownTimeout < 0 {
+		return relay.Config{}, fc, fmt.Errorf("%s: shutdown_timeout %v is negative", path, fc.ShutdownTimeout)
+	}
 	defaults := base
 	if !fc.Defaults.IsZero() {
 		if err := decodeStrict(&fc.Defaults, &defaults); err != nil {

@@ -266,6 +266,8 @@ func TestUsageErrors(t *testing.T) {
 		{"bad cidr", []string{"--allow", "10.0.0.1/33", "tcp://127.0.0.1:0", "tcp://" + backend}, "not a CIDR"},
 		{"host bits", []string{"--allow", "10.0.0.1/8", "tcp://127.0.0.1:0", "tcp://" + backend}, "host bits"},
 		{"bad proxy version", []string{"--send-proxy", "v3", "tcp://127.0.0.1:0", "tcp://" + backend}, "want v1 or v2"},
+		{"negative shutdown timeout", []string{"--shutdown-timeout", "-5s", "tcp://127.0.0.1:0", "tcp://" + backend}, "is negative"},
+		{"negative shutdown timeout in file", []string{"-c", cfg("neg.yaml", "shutdown_timeout: -5s\nroutes:\n  - {listen: tcp://127.0.0.1:0, target: tcp://"+backend+"}\n")}, "is negative"},
 		{"negative udp buffer", []string{"--udp-buffer", "-1", "udp://127.0.0.1:0", "udp://127.0.0.1:53"}, "negative"},
 		{"unix mode on tcp", []string{"--unix-mode", "0600", "tcp://127.0.0.1:0", "tcp://" + backend}, "need a Unix socket path"},
 		{"unknown unix group", []string{"--unix-group", "no-such-group-zeroio", "unix://" + filepath.Join(dir, "g.sock"), "tcp://" + backend}, "unix group"},

@@ -144,11 +144,11 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&spec.KeepAlive, "keepalive", 0, "TCP keep-alive period (0: Go's default of 15s, negative: off)")
 	fs.BoolVar(&spec.Nagle, "nagle", false, "enable Nagle's algorithm (by default TCP_NODELAY is set)")
 	fs.DurationVar(&spec.SessionTimeout, "session-timeout", relay.DefaultSessionTimeout, "end a UDP session after this long without a datagram")
-	fs.IntVar(&spec.MaxSessions, "max-sessions", relay.DefaultMaxSessions, "limit of concurrent UDP sessions per route")
+	fs.IntVar(&spec.MaxSessions, "max-sessions", relay.DefaultMaxSessions, "limit of concurrent UDP sessions per route (0: the default)")
 	fs.StringVar(&spec.UnixMode, "unix-mode", "", "permission bits of a Unix listen socket's file, in `octal` (0660: owner and group may connect)")
 	fs.StringVar(&spec.UnixUser, "unix-user", "", "owner of a Unix listen socket's file: a `user` name or uid (needs privilege)")
 	fs.StringVar(&spec.UnixGroup, "unix-group", "", "group of a Unix listen socket's file: a `group` name or gid")
-	fs.IntVar(&spec.UDPBuffer, "udp-buffer", relay.DefaultUDPBuffer, "receive and send buffer of a UDP route's sockets (listening and per session), in bytes")
+	fs.IntVar(&spec.UDPBuffer, "udp-buffer", relay.DefaultUDPBuffer, "receive and send buffer of a UDP route's sockets (listening and per session), in bytes (0: the default)")
 	fs.StringVar(&opt.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&opt.logFormat, "log-format", "text", "text or json (to stderr)")
 	fs.StringVar(&opt.metrics, "metrics", "", "serve Prometheus metrics at http://`host:port`/metrics, and /healthz (200, or 503 while shutting down)")
@@ -169,6 +169,9 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 		}
 		pos = append(pos, fs.Arg(0))
 		args = fs.Args()[1:]
+	}
+	if opt.shutdownTimeout < 0 {
+		return fail(fmt.Errorf("--shutdown-timeout %v is negative (0 closes connections at once)", opt.shutdownTimeout))
 	}
 	if *help {
 		io.WriteString(stdout, relayHelp)
