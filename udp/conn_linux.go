@@ -284,7 +284,7 @@ func (c *Conn) readGRO(msgs []Message) (int, error) {
 	s := readPool.Get().(*readScratch)
 	slots := min(len(msgs), groSlots)
 	s.prepare(slots, udpsys.RecvSpace)
-	s.growSpill(slots)
+	s.growSpill(slots, slots)
 	for i := range slots {
 		setIov(&s.iovs[i], s.spill[i])
 	}
@@ -309,11 +309,13 @@ func buffersHold(msgs []Message, g int) bool {
 	return true
 }
 
-func (s *readScratch) growSpill(slots int) {
-	for len(s.spill) < slots {
+// growSpill makes sure s has at least spills spill buffers, and data and
+// cut entries for headers headers.
+func (s *readScratch) growSpill(spills, headers int) {
+	for len(s.spill) < spills {
 		s.spill = append(s.spill, make([]byte, groBufSize))
 	}
-	s.data = udpsys.Grow(s.data, max(slots, len(s.data)))
+	s.data = udpsys.Grow(s.data, max(headers, len(s.data)))
 	s.cut = udpsys.Grow(s.cut, len(s.data))
 }
 
@@ -377,7 +379,7 @@ func (c *Conn) readScatter(msgs []Message, g int) (int, error) {
 	slots := (m + scatterSlot - 1) / scatterSlot
 	s := readPool.Get().(*readScratch)
 	s.prepare(slots, udpsys.RecvSpace)
-	s.growSpill(slots)
+	s.growSpill(slots, slots)
 	s.iovs = udpsys.Grow(s.iovs, m+slots)
 	for k := range slots {
 		a, b := k*scatterSlot, min((k+1)*scatterSlot, m)
@@ -492,13 +494,15 @@ func (c *Conn) readBig(msgs []Message) (int, error) {
 		s.pos[k+1] = s.pos[k] + count
 	}
 	// Copy what does not fit into spill buffers first: it is still in
-	// msgs[k].Buf for k > last, and in the tail of msgs[last].Buf.
+	// msgs[k].Buf for k > last, and in the tail of msgs[last].Buf. Only
+	// the headers that wait, [next, n), take a spill buffer, in order: a
+	// large batch whose head coalesced needs a few, not one per header.
 	if _, count := s.segments(last); lastFit < count || last < s.n-1 {
-		s.growSpill(s.n)
 		s.next, s.off = last, 0
 		if lastFit == count { // the last slot fits whole: only later ones wait
 			s.next++
 		}
+		s.growSpill(s.n-s.next, s.n)
 		for k := s.next; k < s.n; k++ {
 			from := 0
 			if k == last {
@@ -506,7 +510,8 @@ func (c *Conn) readBig(msgs []Message) (int, error) {
 				from = lastFit * seg
 			}
 			total := min(int(s.hs[k].Len), len(msgs[k].Buf))
-			s.data[k] = s.spill[k][:copy(s.spill[k], msgs[k].Buf[from:total])]
+			sp := s.spill[k-s.next]
+			s.data[k] = sp[:copy(sp, msgs[k].Buf[from:total])]
 			s.cut[k] = int(s.hs[k].Len) > len(msgs[k].Buf)
 		}
 	} else {

@@ -266,6 +266,62 @@ func TestAllocsPerRunGROPaths(t *testing.T) {
 	}
 }
 
+// TestReadBigSpillsOnlyWhatWaits reads a coalesced buffer of 64 datagrams
+// followed by single ones into a batch of 256 64 KiB buffers (readBig): the
+// 63 headers that do not fit wait in spill buffers, and a second round
+// reuses the pooled ones. readBig once took a spill buffer for every header
+// of the call, 256 of them, more than the pool keeps, so every such read
+// allocated megabytes.
+func TestReadBigSpillsOnlyWhatWaits(t *testing.T) {
+	if percpu.RaceEnabled {
+		t.Skip("sync.Pool drops items on purpose under -race")
+	}
+	a, b := pair(t, "udp4", "127.0.0.1", &Options{ReadBuffer: 64 << 20, WriteBuffer: bigBuf})
+	if !a.Stats().GSO || !b.Stats().GRO {
+		t.Skip("no UDP GSO/GRO")
+	}
+	const batch = 256
+	coalesced := makeMsgs(64, 100)
+	single := makeMsgs(batch, 100)
+	for i := range coalesced {
+		coalesced[i].Addr = addrOf(b)
+	}
+	for i := range single {
+		single[i].Addr = addrOf(b)
+		single[i].Buf = single[i].Buf[:50+i%2]
+	}
+	in := makeMsgs(batch, 65535)
+	round := func() uint64 {
+		if _, err := a.WriteAll(coalesced); err != nil { // one GSO send
+			t.Fatal(err)
+		}
+		a.gso.Store(false) // then single datagrams
+		_, err := a.WriteAll(single)
+		a.gso.Store(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond) // all queued, so the first read fills the batch
+		if b.sys.coalesced || b.sys.pending != nil {
+			t.Fatal("the reader would not take readBig")
+		}
+		var ms0, ms1 runtime.MemStats
+		runtime.ReadMemStats(&ms0)
+		n, err := b.ReadBatch(in)
+		runtime.ReadMemStats(&ms1)
+		if err != nil || n != batch {
+			t.Fatalf("ReadBatch = %d, %v; want %d", n, err, batch)
+		}
+		readN(t, b, in, 64+batch-n, batch)
+		b.sys.coalesced = false // the next round starts as after single datagrams
+		return ms1.TotalAlloc - ms0.TotalAlloc
+	}
+	round()
+	if alloc := round(); alloc > 0 {
+		t.Fatalf("a ReadBatch of %d into 64 KiB buffers allocated %d bytes (%d x 64 KiB)", batch, alloc, alloc>>16)
+	}
+}
+
 // TestEIOFallbackThroughTheKernel injects EIO for the first GSO send of a
 // real WriteBatch (as a device without checksum offload would answer,
 // wireguard-go conn/errors_linux.go) and checks, at the receiving socket,
