@@ -111,6 +111,10 @@ type readScratch struct {
 	// GRO leftovers: headers [next, n) hold datagrams not yet delivered;
 	// off bytes of header next are already delivered.
 	next, off int
+	// counted: headers [0, counted) are already in Stats.GROReads, so
+	// that deliverSpill does not count a coalesced buffer whose first
+	// datagrams readScatter or readBig delivered.
+	counted int
 }
 
 var readPool = sync.Pool{New: func() any {
@@ -296,7 +300,7 @@ func (c *Conn) readGRO(msgs []Message) (int, error) {
 		s.data[k] = s.spill[k][:min(int(s.hs[k].Len), len(s.spill[k]))]
 		s.cut[k] = int(s.hs[k].Len) > len(s.spill[k])
 	}
-	s.next, s.off = 0, 0
+	s.next, s.off, s.counted = 0, 0, 0
 	return c.deliverSpill(s, msgs, 0), nil
 }
 
@@ -327,7 +331,7 @@ func (c *Conn) deliverSpill(s *readScratch, msgs []Message, p int) int {
 		var meta Message
 		ctl := s.meta(s.next, &meta)
 		data := s.data[s.next]
-		if s.off == 0 && ctl.GSOSize > 0 && ctl.GSOSize < len(data) {
+		if s.off == 0 && s.next >= s.counted && ctl.GSOSize > 0 && ctl.GSOSize < len(data) {
 			c.groReads.Add(1)
 			c.sys.groSeg = ctl.GSOSize
 			c.sys.coalesced = true
@@ -423,7 +427,7 @@ func (c *Conn) readScatter(msgs []Message, g int) (int, error) {
 			for j := k; j < s.n; j++ {
 				s.gather(j, msgs, g, m)
 			}
-			s.next, s.off = k, 0
+			s.next, s.off, s.counted = k, 0, k
 			return c.deliverSpill(s, msgs, p), nil
 		}
 		if count > 1 {
@@ -446,7 +450,7 @@ func (c *Conn) readScatter(msgs []Message, g int) (int, error) {
 			rest := total - inBufs*g
 			s.data[k] = s.spill[k][:min(rest, len(s.spill[k]))]
 			s.cut[k] = rest > len(s.spill[k])
-			s.next, s.off = k, 0
+			s.next, s.off, s.counted = k, 0, k+1
 			return c.deliverSpill(s, msgs, p), nil
 		}
 	}
@@ -493,6 +497,7 @@ func (c *Conn) readBig(msgs []Message) (int, error) {
 		}
 		s.pos[k+1] = s.pos[k] + count
 	}
+	s.counted = s.n
 	// Copy what does not fit into spill buffers first: it is still in
 	// msgs[k].Buf for k > last, and in the tail of msgs[last].Buf. Only
 	// the headers that wait, [next, n), take a spill buffer, in order: a

@@ -322,6 +322,40 @@ func TestReadBigSpillsOnlyWhatWaits(t *testing.T) {
 	}
 }
 
+// TestGROReadsCountsEachBufferOnce reads coalesced buffers of 64 datagrams
+// ten at a time, so that each is delivered over several calls, through
+// readBig (64 KiB buffers, first round), readScatter (later rounds) and the
+// spill read (1500-byte buffers, first round): Stats.GROReads counts each
+// buffer once. readBig and readScatter counted a buffer, and deliverSpill
+// counted it again when it delivered the rest.
+func TestGROReadsCountsEachBufferOnce(t *testing.T) {
+	for _, bufSize := range []int{1500, 65535} {
+		t.Run(fmt.Sprint("buf=", bufSize), func(t *testing.T) {
+			a, b := pair(t, "udp4", "127.0.0.1", &Options{ReadBuffer: bigBuf, WriteBuffer: bigBuf})
+			if !a.Stats().GSO || !b.Stats().GRO {
+				t.Skip("no UDP GSO/GRO")
+			}
+			out := makeMsgs(64, 100)
+			for i := range out {
+				out[i].Addr = addrOf(b)
+			}
+			in := makeMsgs(64, bufSize)
+			for round := uint64(1); round <= 3; round++ {
+				if n, err := a.WriteBatch(out); n != len(out) || err != nil {
+					t.Fatalf("WriteBatch = %d, %v", n, err)
+				}
+				if st := a.Stats(); st.GSOSends != round {
+					t.Fatalf("round %d: not one GSO send: %+v", round, st)
+				}
+				readN(t, b, in, len(out), 10)
+				if st := b.Stats(); st.GROReads != round {
+					t.Fatalf("round %d: Stats().GROReads = %d", round, st.GROReads)
+				}
+			}
+		})
+	}
+}
+
 // TestEIOFallbackThroughTheKernel injects EIO for the first GSO send of a
 // real WriteBatch (as a device without checksum offload would answer,
 // wireguard-go conn/errors_linux.go) and checks, at the receiving socket,
