@@ -644,7 +644,19 @@ func (s *writeScratch) send(msgs []Message, groups []group) (int, error) {
 			s.ctl = udpsys.AppendPktinfo(s.ctl, m.Local, m.IfIndex)
 		}
 		if m.TOS != 0 {
-			s.ctl = udpsys.AppendTOS(s.ctl, m.TOS, c.sys.family == unix.AF_INET || m.Addr.Addr().Is4() || m.Addr.Addr().Is4In6())
+			switch {
+			case c.sys.family == unix.AF_INET || m.Addr.Addr().Is4() || m.Addr.Addr().Is4In6():
+				s.ctl = udpsys.AppendTOS(s.ctl, m.TOS, true)
+			case !m.Addr.IsValid():
+				// A dual-stack socket sending to the peer it is connected
+				// to, which may be IPv4 or IPv6: send both. Each path
+				// skips the other's level (ip_cmsg_send keeps only SOL_IP
+				// and IPV6_PKTINFO, ip6_datagram_send_ctl only SOL_IPV6).
+				s.ctl = udpsys.AppendTOS(s.ctl, m.TOS, true)
+				s.ctl = udpsys.AppendTOS(s.ctl, m.TOS, false)
+			default:
+				s.ctl = udpsys.AppendTOS(s.ctl, m.TOS, false)
+			}
 		}
 		s.ctl = append(s.ctl, m.OOB...)
 		h := &s.hs[gi]

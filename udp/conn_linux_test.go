@@ -103,6 +103,53 @@ func TestWildcardServerRepliesFromAddressReached(t *testing.T) {
 	}
 }
 
+// TestTOSOnConnectedDualStack sends Message.TOS from a dual-stack socket
+// connected to an IPv4 peer and to an IPv6 one, with Addr spelled out and
+// left zero (as a connected socket allows), one datagram and a GSO run:
+// the receiver sees the TOS each time. With Addr zero it was sent as
+// IPV6_TCLASS alone, which the IPv4 path ignores.
+func TestTOSOnConnectedDualStack(t *testing.T) {
+	for _, peer := range []struct{ network, addr string }{{"udp4", "127.0.0.1"}, {"udp6", "::1"}} {
+		t.Run(peer.network, func(t *testing.T) {
+			rx, err := Listen(peer.network, net.JoinHostPort(peer.addr, "0"), &Options{ECN: true, ReadBuffer: bigBuf})
+			if err != nil {
+				t.Skip(err)
+			}
+			defer rx.Close()
+			uc, err := net.DialUDP("udp", &net.UDPAddr{IP: net.IPv6unspecified}, net.UDPAddrFromAddrPort(rx.AddrPort()))
+			if err != nil {
+				t.Skipf("no dual-stack socket: %v", err)
+			}
+			tx, err := NewConn(uc, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tx.Close()
+			if tx.sys.family != unix.AF_INET6 {
+				t.Skipf("family %d, not AF_INET6", tx.sys.family)
+			}
+			for _, addr := range []netip.AddrPort{rx.AddrPort(), {}} {
+				for _, n := range []int{1, 3} {
+					out := makeMsgs(n, 100)
+					for i := range out {
+						out[i].Addr, out[i].TOS = addr, 2 // ECT(0)
+					}
+					if _, err := tx.WriteAll(out); err != nil {
+						t.Fatalf("Addr=%v n=%d: %v", addr, n, err)
+					}
+					in := makeMsgs(n, 1500)
+					readN(t, rx, in, n, n)
+					for i := range in {
+						if in[i].TOS&3 != 2 || in[i].N != 100 {
+							t.Fatalf("Addr=%v n=%d datagram %d: %d bytes, TOS %#x, want ECT(0)", addr, n, i, in[i].N, in[i].TOS)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
 // TestConnRefusedDoesNotPoisonReads: an ICMP port unreachable for a
 // connected socket surfaces once as ECONNREFUSED; later reads work.
 func TestConnRefusedDoesNotPoisonReads(t *testing.T) {
