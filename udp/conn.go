@@ -173,8 +173,8 @@ func (c *Conn) opError(call string, err error) error {
 	var oe *net.OpError
 	if errors.As(err, &oe) {
 		err = oe.Err
-	} else if errno, ok := err.(syscall.Errno); ok {
-		err = os.NewSyscallError(call, errno)
+	} else {
+		err = syscallError(call, err)
 	}
 	return &net.OpError{Op: op, Net: "udp", Source: c.laddr, Err: err}
 }

@@ -2,10 +2,18 @@
 
 package udp
 
-import "net/netip"
+import (
+	"net/netip"
+	"runtime"
+)
 
 // sysConn is empty on GOOS other than linux.
 type sysConn struct{}
+
+// noMsg: package net has no ReadMsgUDP or WriteMsgUDP on plan9 (they fail
+// with EPLAN9), so datagrams without OOB go through its ReadFromUDPAddrPort
+// and WriteToUDPAddrPort (or Write, on a connected socket) there.
+const noMsg = runtime.GOOS == "plan9"
 
 // setup applies the buffer sizes; GSO, GRO, PacketInfo and ECN are
 // Linux-only and stay off.
@@ -36,7 +44,14 @@ func (c *Conn) ReadBatch(msgs []Message) (int, error) {
 	defer c.readMu.Unlock()
 	m := &msgs[0]
 	m.resetRead()
-	n, oobn, flags, addr, err := c.UDPConn.ReadMsgUDPAddrPort(m.Buf, m.OOB)
+	var n, oobn, flags int
+	var addr netip.AddrPort
+	var err error
+	if noMsg && m.OOB == nil {
+		n, addr, err = c.UDPConn.ReadFromUDPAddrPort(m.Buf)
+	} else {
+		n, oobn, flags, addr, err = c.UDPConn.ReadMsgUDPAddrPort(m.Buf, m.OOB)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -52,7 +67,16 @@ func (c *Conn) ReadBatch(msgs []Message) (int, error) {
 func (c *Conn) WriteBatch(msgs []Message) (int, error) {
 	for i := range msgs {
 		m := &msgs[i]
-		n, _, err := c.UDPConn.WriteMsgUDPAddrPort(m.Buf, m.OOB, m.Addr)
+		var n int
+		var err error
+		switch {
+		case noMsg && len(m.OOB) == 0 && !m.Addr.IsValid():
+			n, err = c.UDPConn.Write(m.Buf)
+		case noMsg && len(m.OOB) == 0:
+			n, err = c.UDPConn.WriteToUDPAddrPort(m.Buf, m.Addr)
+		default:
+			n, _, err = c.UDPConn.WriteMsgUDPAddrPort(m.Buf, m.OOB, m.Addr)
+		}
 		if err != nil {
 			return i, err
 		}

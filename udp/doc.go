@@ -64,5 +64,7 @@
 //
 // On GOOS other than linux the same API works one datagram per system call
 // through package net: ReadBatch returns one datagram, WriteBatch sends each
-// in turn, and GSO, GRO, PacketInfo and ECN are off.
+// in turn, and GSO, GRO, PacketInfo and ECN are off. On plan9, whose package
+// net has no ReadMsgUDP or WriteMsgUDP, Messages without OOB go through its
+// ReadFrom and WriteTo.
 package udp

@@ -105,9 +105,3 @@ func writeGroups(msgs []Message, gso *atomic.Bool, scratch *[]group, send sendFu
 	}
 	return n, fellBack, err
 }
-
-// gsoRefused reports the errors after which a GSO send is retried
-// unsegmented.
-func gsoRefused(err error) bool {
-	return errors.Is(err, syscall.EIO) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.EMSGSIZE)
-}
