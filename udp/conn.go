@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -54,7 +55,11 @@ type Stats struct {
 // Conn is a UDP socket with batched, allocation-free reads and writes. It
 // embeds the *net.UDPConn it wraps, so it is also a [net.PacketConn]:
 // deadlines set there apply to ReadBatch and WriteBatch, and Close wakes a
-// blocked ReadBatch with an error that matches [net.ErrClosed].
+// blocked ReadBatch with an error that matches [net.ErrClosed]. The read
+// methods of *net.UDPConn (Read, ReadFrom, ReadFromUDP,
+// ReadFromUDPAddrPort, ReadMsgUDP, ReadMsgUDPAddrPort) are Conn's own:
+// they read one datagram through ReadBatch, so that a GRO buffer is split
+// and datagrams a ReadBatch left pending come first.
 //
 // ReadBatch and WriteBatch may be called at the same time from one reader
 // and one writer goroutine, and from more: reads are serialized with each
@@ -139,6 +144,97 @@ func (c *Conn) Stats() Stats {
 		GSOFallbacks: c.gsoFallbacks.Load(),
 	}
 }
+
+// Read reads one datagram into b: the [net.Conn] Read, for a connected
+// Conn. With an empty b it returns at once, as package net's does, rather
+// than consume a datagram.
+func (c *Conn) Read(b []byte) (int, error) {
+	if len(b) == 0 || noMsg {
+		// On plan9 only package net's Read works on a connected socket:
+		// ReadFrom needs the headers it asks for on listening ones.
+		return c.UDPConn.Read(b)
+	}
+	n, _, _, _, err := c.readOne(b, nil)
+	return n, err
+}
+
+// ReadFrom reads one datagram into b and returns its size (at most
+// len(b)) and source: the [net.PacketConn] ReadFrom.
+func (c *Conn) ReadFrom(b []byte) (int, net.Addr, error) {
+	n, addr, err := c.readFromUDP(b, &net.UDPAddr{})
+	if addr == nil {
+		return n, nil, err // a nil net.Addr, not a nil *net.UDPAddr in one
+	}
+	return n, addr, err
+}
+
+// ReadFromUDP acts like [Conn.ReadFrom] but returns a *net.UDPAddr.
+func (c *Conn) ReadFromUDP(b []byte) (n int, addr *net.UDPAddr, err error) {
+	// Inlined, as package net's is, so that the caller's compiler can keep
+	// the UDPAddr off the heap.
+	return c.readFromUDP(b, &net.UDPAddr{})
+}
+
+func (c *Conn) readFromUDP(b []byte, addr *net.UDPAddr) (int, *net.UDPAddr, error) {
+	n, _, _, ap, err := c.readOne(b, nil)
+	if err != nil {
+		return n, nil, err
+	}
+	ip := ap.Addr()
+	*addr = net.UDPAddr{IP: ip.AsSlice(), Port: int(ap.Port()), Zone: ip.Zone()}
+	return n, addr, nil
+}
+
+// ReadFromUDPAddrPort acts like [Conn.ReadFrom] but returns a
+// [netip.AddrPort].
+func (c *Conn) ReadFromUDPAddrPort(b []byte) (n int, addr netip.AddrPort, err error) {
+	n, _, _, addr, err = c.readOne(b, nil)
+	return n, addr, err
+}
+
+// ReadMsgUDP reads one datagram into b and its control messages into oob,
+// as [net.UDPConn.ReadMsgUDP] does: it returns the bytes copied into each,
+// the MSG_* flags and the source address.
+func (c *Conn) ReadMsgUDP(b, oob []byte) (n, oobn, flags int, addr *net.UDPAddr, err error) {
+	var ap netip.AddrPort
+	n, oobn, flags, ap, err = c.readOne(b, oob)
+	if ap.IsValid() {
+		addr = net.UDPAddrFromAddrPort(ap)
+	}
+	return n, oobn, flags, addr, err
+}
+
+// ReadMsgUDPAddrPort acts like [Conn.ReadMsgUDP] but returns a
+// [netip.AddrPort].
+func (c *Conn) ReadMsgUDPAddrPort(b, oob []byte) (n, oobn, flags int, addr netip.AddrPort, err error) {
+	return c.readOne(b, oob)
+}
+
+// readOne is under Conn's versions of the read methods of the embedded
+// *net.UDPConn. Those would return the datagrams of a GRO buffer glued
+// together as one, and pass over the datagrams a ReadBatch left pending;
+// readOne reads one datagram with a ReadBatch of one Message, the pending
+// ones first. A datagram larger than b is cut to fit, as package net does,
+// and MSG_TRUNC set in flags. Addresses are reported as by ReadBatch,
+// IPv4-mapped ones as IPv4. The Message stays on the stack: readOne
+// allocates nothing.
+func (c *Conn) readOne(b, oob []byte) (n, oobn, flags int, addr netip.AddrPort, err error) {
+	msgs := [1]Message{{Buf: b, OOB: oob}}
+	if _, err := c.ReadBatch(msgs[:]); err != nil {
+		return 0, 0, 0, netip.AddrPort{}, err
+	}
+	m := &msgs[0]
+	flags = m.Flags
+	if m.Truncated {
+		flags |= msgTrunc
+	}
+	return m.N, m.NOOB, flags, m.Addr, nil
+}
+
+// noMsg: package net has no ReadMsgUDP or WriteMsgUDP on plan9 (they fail
+// with EPLAN9), so datagrams without OOB go through its ReadFromUDPAddrPort
+// and WriteToUDPAddrPort (or Write, on a connected socket) there.
+const noMsg = runtime.GOOS == "plan9"
 
 // WriteAll writes every message in msgs, calling [Conn.WriteBatch] again
 // after a partial write, and returns how many went out. It stops at the

@@ -2,18 +2,10 @@
 
 package udp
 
-import (
-	"net/netip"
-	"runtime"
-)
+import "net/netip"
 
 // sysConn is empty on GOOS other than linux.
 type sysConn struct{}
-
-// noMsg: package net has no ReadMsgUDP or WriteMsgUDP on plan9 (they fail
-// with EPLAN9), so datagrams without OOB go through its ReadFromUDPAddrPort
-// and WriteToUDPAddrPort (or Write, on a connected socket) there.
-const noMsg = runtime.GOOS == "plan9"
 
 // setup applies the buffer sizes; GSO, GRO, PacketInfo and ECN are
 // Linux-only and stay off.

@@ -5,7 +5,9 @@
 // # Conn
 //
 // A [Conn] wraps a *net.UDPConn ([Listen] opens one, [NewConn] wraps one you
-// have) and stays usable as a [net.PacketConn]. [Conn.ReadBatch] and
+// have) and stays usable as a [net.PacketConn]: its ReadFrom and the other
+// read methods of *net.UDPConn go through ReadBatch, one datagram each, so
+// GRO does not change what they return. [Conn.ReadBatch] and
 // [Conn.WriteBatch] move a slice of [Message] values per call: on Linux one
 // recvmmsg(2) or sendmmsg(2), through Go's netpoller, so deadlines hold and
 // Close wakes a blocked reader with an error matching [net.ErrClosed].
