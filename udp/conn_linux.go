@@ -222,7 +222,11 @@ func (s *readScratch) meta(i int, m *Message) udpsys.Control {
 // one of the buffers passed in, its length unchanged). Datagrams that do
 // not fit in msgs are kept and returned first by the next ReadBatch.
 //
-// A datagram larger than its Buf is reported with Truncated set.
+// A datagram larger than its Buf is reported with Truncated set. So is,
+// with MSG_CTRUNC in Flags, a GRO buffer whose segment size was lost
+// because its control messages did not fit, which cannot be split: only
+// control messages enabled past the Conn's Options (through SyscallConn)
+// can crowd it out.
 func (c *Conn) ReadBatch(msgs []Message) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
@@ -330,6 +334,7 @@ func (c *Conn) deliverSpill(s *readScratch, msgs []Message, p int) int {
 	for s.next < s.n && p < len(msgs) {
 		var meta Message
 		ctl := s.meta(s.next, &meta)
+		lost := s.lostGRO(s.next, ctl)
 		data := s.data[s.next]
 		if s.off == 0 && s.next >= s.counted && ctl.GSOSize > 0 && ctl.GSOSize < len(data) {
 			c.groReads.Add(1)
@@ -344,9 +349,10 @@ func (c *Conn) deliverSpill(s *readScratch, msgs []Message, p int) int {
 		p += f
 		s.off += used
 		if s.off >= len(data) {
-			if s.cut[s.next] && f > 0 {
-				// Cannot happen with 64 KiB buffers and 64 KiB IP packets;
-				// never pass a cut buffer off as whole.
+			if (s.cut[s.next] || lost) && f > 0 {
+				// A cut buffer cannot happen with 64 KiB buffers and 64 KiB
+				// IP packets, nor a lost segment size with the control
+				// buffer the Conn sizes; never pass either off as whole.
 				msgs[p-1].Truncated = true
 			}
 			s.next++
@@ -359,6 +365,16 @@ func (c *Conn) deliverSpill(s *readScratch, msgs []Message, p int) int {
 		putRead(s)
 	}
 	return p
+}
+
+// lostGRO reports that header k's control messages were cut (MSG_CTRUNC)
+// and ctl, parsed from them, has no UDP_GRO segment size: the buffer may
+// hold several datagrams whose size is lost, so it is delivered as one
+// Message marked Truncated, with MSG_CTRUNC in Flags. The control buffer
+// holds all the messages the Conn's options ask for; only more of them,
+// enabled through SyscallConn (timestamps go before UDP_GRO), cut it.
+func (s *readScratch) lostGRO(k int, ctl udpsys.Control) bool {
+	return s.hs[k].Hdr.Flags&unix.MSG_CTRUNC != 0 && ctl.GSOSize == 0
 }
 
 func (s *readScratch) ctlOf(k int) []byte {
@@ -414,11 +430,11 @@ func (c *Conn) readScatter(msgs []Message, g int) (int, error) {
 			count = (total + seg - 1) / seg
 		}
 		inBufs := min(count, b-a)
-		if !(seg == g || (count == 1 && total <= g)) || (count > inBufs && k < s.n-1) {
+		if !(seg == g || (count == 1 && total <= g)) || (count > inBufs && k < s.n-1) || s.lostGRO(k, ctl) {
 			// Layout mismatch, or datagrams spilled past this slot's
 			// Messages with the next slot's behind them (only a kernel
-			// merging more than 64 can do that): gather this slot and the
-			// rest, then copy.
+			// merging more than 64 can do that), or a layout unknown:
+			// gather this slot and the rest, then copy.
 			if count > 1 && seg != g {
 				c.sys.groSeg = seg
 			} else if count == 1 && total > g {
@@ -536,7 +552,7 @@ func (c *Conn) readBig(msgs []Message) (int, error) {
 		}
 		total := int(s.hs[k].Len)
 		var meta Message
-		s.meta(k, &meta)
+		ctl := s.meta(k, &meta)
 		meta.Flags &^= unix.MSG_TRUNC
 		src := msgs[p].Buf
 		ctlb := s.ctlOf(k)
@@ -552,7 +568,7 @@ func (c *Conn) readBig(msgs []Message) (int, error) {
 			mp.Addr, mp.Local, mp.IfIndex, mp.TOS, mp.Flags = meta.Addr, meta.Local, meta.IfIndex, meta.TOS, meta.Flags
 			mp.NOOB = copy(mp.OOB, ctlb)
 		}
-		if s.hs[k].Hdr.Flags&unix.MSG_TRUNC != 0 && count > 0 {
+		if (s.hs[k].Hdr.Flags&unix.MSG_TRUNC != 0 || s.lostGRO(k, ctl)) && count > 0 {
 			msgs[p+count-1].Truncated = true // never pass a cut buffer off as whole
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/zeroio/zeroio/internal/percpu"
+	"github.com/zeroio/zeroio/internal/udpsys"
 	"golang.org/x/sys/unix"
 )
 
@@ -398,6 +399,87 @@ func TestGROReadsCountsEachBufferOnce(t *testing.T) {
 				if st := b.Stats(); st.GROReads != round {
 					t.Fatalf("round %d: Stats().GROReads = %d", round, st.GROReads)
 				}
+			}
+		})
+	}
+}
+
+// TestControlBufferHoldsWhatOptionsEnable reads coalesced IPv4 and IPv6
+// datagrams on a dual-stack socket with PacketInfo and ECN, the most
+// control messages a Conn asks for: none is cut (no MSG_CTRUNC).
+func TestControlBufferHoldsWhatOptionsEnable(t *testing.T) {
+	rx, err := Listen("udp", "[::]:0", &Options{PacketInfo: true, ECN: true, ReadBuffer: bigBuf})
+	if err != nil {
+		t.Skipf("no dual-stack socket: %v", err)
+	}
+	defer rx.Close()
+	for _, from := range []struct{ network, addr string }{{"udp4", "127.0.0.1"}, {"udp6", "::1"}} {
+		tx, err := Listen(from.network, net.JoinHostPort(from.addr, "0"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Close()
+		local := netip.MustParseAddr(from.addr)
+		out := makeMsgs(4, 100)
+		for i := range out {
+			out[i].Addr = netip.AddrPortFrom(local, rx.AddrPort().Port())
+			out[i].TOS = 2
+		}
+		if _, err := tx.WriteAll(out); err != nil {
+			t.Fatal(err)
+		}
+		in := makeMsgs(4, 1500)
+		readN(t, rx, in, 4, 4)
+		for i := range in {
+			if m := &in[i]; m.Flags&unix.MSG_CTRUNC != 0 || m.Local != local || m.TOS != 2 || m.N != 100 || m.Truncated {
+				t.Fatalf("from %s, datagram %d: %+v", from.addr, i, *m)
+			}
+		}
+	}
+}
+
+// TestGROSizeLostToControlTruncation shrinks the control buffer so that
+// the kernel cuts the UDP_GRO message (MSG_CTRUNC), as control messages
+// enabled through SyscallConn could: the spill read, readBig and
+// readScatter each deliver the coalesced buffer as one Message marked
+// Truncated with MSG_CTRUNC in Flags, never as one whole datagram.
+func TestGROSizeLostToControlTruncation(t *testing.T) {
+	space := udpsys.RecvSpace
+	t.Cleanup(func() { udpsys.RecvSpace = space })
+	for _, tc := range []struct {
+		name    string
+		bufSize int
+		learn   bool // first read a coalesced buffer whole, so that readScatter knows the size
+	}{{"spill", 1500, false}, {"readBig", 65535, false}, {"readScatter", 1500, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			udpsys.RecvSpace = space
+			a, b := pair(t, "udp4", "127.0.0.1", &Options{ReadBuffer: bigBuf})
+			if !a.Stats().GSO || !b.Stats().GRO {
+				t.Skip("no UDP GSO/GRO")
+			}
+			out := makeMsgs(4, 100)
+			for i := range out {
+				out[i].Addr = addrOf(b)
+				out[i].Buf[0] = byte(i)
+			}
+			in := makeMsgs(8, tc.bufSize)
+			if tc.learn {
+				if _, err := a.WriteBatch(out); err != nil {
+					t.Fatal(err)
+				}
+				readN(t, b, in, 4, 8)
+			}
+			udpsys.RecvSpace = unix.SizeofCmsghdr // room for a cut header, no data
+			if _, err := a.WriteBatch(out); err != nil {
+				t.Fatal(err)
+			}
+			b.SetReadDeadline(time.Now().Add(5 * time.Second))
+			n, err := b.ReadBatch(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m := &in[0]; n != 1 || m.N != 400 || !m.Truncated || m.Flags&unix.MSG_CTRUNC == 0 || m.Buf[0] != 0 || m.Buf[100] != 1 {
+				t.Fatalf("%d Messages, the first %d bytes, truncated %v, flags %#x", n, m.N, m.Truncated, m.Flags)
 			}
 		})
 	}

@@ -51,7 +51,8 @@ type Message struct {
 
 	// Truncated reports that the datagram was larger than Buf: only its
 	// first N bytes were kept, and the rest is lost. A truncated datagram is
-	// never reported as whole.
+	// never reported as whole. With MSG_CTRUNC in Flags it may also mean
+	// that a GRO buffer could not be split (see [Conn.ReadBatch]).
 	Truncated bool
 }
 
