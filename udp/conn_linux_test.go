@@ -593,6 +593,116 @@ func TestGROReadRandomTraffic(t *testing.T) {
 	}
 }
 
+// TestGROReadForeignSenders has three sockets of package net send GSO runs
+// of their own (any size, up to 128 segments, which later kernels allow,
+// the last segment possibly shorter, and empty datagrams between), and
+// reads them with random batches into buffers of mixed sizes, with and
+// without PacketInfo and ECN: every datagram arrives once, in order, from
+// its sender, whole where it fits and marked Truncated where it does not.
+func TestGROReadForeignSenders(t *testing.T) {
+	for seed := range uint64(16) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 99))
+			ctl := seed%2 == 0
+			_, b := pair(t, "udp4", "127.0.0.1", &Options{ReadBuffer: bigBuf, WriteBuffer: bigBuf, PacketInfo: ctl, ECN: ctl})
+			if !b.Stats().GRO {
+				t.Skip("no UDP_GRO")
+			}
+			var senders [3]*net.UDPConn
+			for i := range senders {
+				s, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				s.SetWriteBuffer(bigBuf)
+				senders[i] = s
+			}
+			var want [][]byte
+			var from []int
+			for range 30 {
+				seg := 2 + rng.IntN(1400)
+				if rng.IntN(3) == 0 {
+					seg = 2 + rng.IntN(40)
+				}
+				si := rng.IntN(len(senders))
+				count := 1 + rng.IntN(min(128, maxGSOBytes/seg))
+				var payload []byte
+				for i := range count {
+					p := make([]byte, seg)
+					if i == count-1 && rng.IntN(2) == 0 {
+						p = p[:2+rng.IntN(seg-1)]
+					}
+					for j := range p {
+						p[j] = byte(rng.Uint32())
+					}
+					p[0], p[1] = byte(len(want)>>8), byte(len(want))
+					want = append(want, p)
+					from = append(from, si)
+					payload = append(payload, p...)
+				}
+				var oob []byte
+				if count > 1 {
+					oob = udpsys.AppendUDPSegment(nil, uint16(seg))
+				}
+				if _, _, err := senders[si].WriteMsgUDPAddrPort(payload, oob, addrOf(b)); err != nil {
+					if count > 64 && errors.Is(err, unix.EINVAL) {
+						t.Skipf("kernel takes at most 64 segments: %v", err)
+					}
+					t.Fatalf("send %d x %d: %v", count, seg, err)
+				}
+				if rng.IntN(5) == 0 {
+					want = append(want, []byte{})
+					from = append(from, si)
+					if _, err := senders[si].WriteToUDPAddrPort(nil, addrOf(b)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			sizes := []int{1, 10, 100, 600, 1399, 1400, 1401, 1500, 65527, 65535}
+			msgs := make([]Message, 1+rng.IntN(300))
+			uniform := sizes[rng.IntN(len(sizes))]
+			if rng.IntN(2) == 0 {
+				uniform = 0
+			}
+			for i := range msgs {
+				size := uniform
+				if size == 0 {
+					size = sizes[rng.IntN(len(sizes))]
+				}
+				msgs[i].Buf = make([]byte, size)
+			}
+			b.SetReadDeadline(time.Now().Add(5 * time.Second))
+			for got := 0; got < len(want); {
+				k := 1 + rng.IntN(len(msgs))
+				n, err := b.ReadBatch(msgs[:k])
+				if err != nil {
+					t.Fatalf("after %d of %d: %v", got, len(want), err)
+				}
+				if n == 0 || n > k {
+					t.Fatalf("ReadBatch of %d = %d", k, n)
+				}
+				for i := range msgs[:n] {
+					w, m := want[got+i], &msgs[i]
+					if m.Addr != senders[from[got+i]].LocalAddr().(*net.UDPAddr).AddrPort() {
+						t.Fatalf("datagram %d from %v", got+i, m.Addr)
+					}
+					fits := len(w) <= len(m.Buf)
+					if m.Truncated == fits || !bytes.Equal(m.Payload(), w[:min(len(w), len(m.Buf))]) {
+						t.Fatalf("datagram %d (batch %d, Message %d): %d bytes (truncated %v, Buf %d), want %d",
+							got+i, k, i, m.N, m.Truncated, len(m.Buf), len(w))
+					}
+				}
+				got += n
+			}
+			b.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+			if n, err := b.ReadBatch(msgs); n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("%d datagrams more, %v", n, err)
+			}
+		})
+	}
+}
+
 // TestGSOAbovePathMTUFallsBack runs in a network namespace of its own whose
 // loopback has a 1500-byte MTU: a GSO send of 3000-byte datagrams is
 // refused with EINVAL (udp_send_skb: segment above the MTU), and
