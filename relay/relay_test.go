@@ -573,3 +573,38 @@ func TestIdleHoldsNoPipe(t *testing.T) {
 		}
 	}
 }
+
+// TestUpdatePerClientLimit: a connection admitted while the route had no
+// per-client limit took no slot, so its end must give none back. With the
+// limit raised to 1 by Update, a client holding one connection is refused
+// a second even after that older connection ends.
+func TestUpdatePerClientLimit(t *testing.T) {
+	leakCheck(t)
+	b := startBackend(t, "tcp4", echo)
+	cfg := route0("127.0.0.1:0", b.addr, nil)
+	s := startRelay(t, cfg)
+	old := dialRoute(t, s, "r") // admitted under no limit
+	defer old.Close()
+	if err := ping(old); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Routes[0].MaxConnsPerClient = 1
+	if err := s.Update(cfg); err != nil {
+		t.Fatal(err)
+	}
+	held := dialRoute(t, s, "r") // the client's one slot
+	defer held.Close()
+	if err := ping(held); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	waitFor(t, func() bool { return s.Stats().Routes[0].Active == 1 })
+	over := dialRoute(t, s, "r")
+	defer over.Close()
+	if !waitClosed(over, 5*time.Second) {
+		t.Fatalf("limit 1 per client, but a second connection is relayed (active %d)", s.Stats().Routes[0].Active)
+	}
+	if st := s.Stats().Routes[0]; st.OverLimit != 1 {
+		t.Errorf("OverLimit = %d", st.OverLimit)
+	}
+}

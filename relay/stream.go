@@ -75,7 +75,7 @@ func (rt *route) admit(r *Route) bool {
 func (rt *route) release(p *pair) {
 	rt.srv.active.Add(-1)
 	rt.active.Add(-1)
-	if p.clientIP.IsValid() {
+	if p.perClient {
 		rt.clientMu.Lock()
 		if rt.clients[p.clientIP]--; rt.clients[p.clientIP] <= 0 {
 			delete(rt.clients, p.clientIP)
@@ -84,27 +84,32 @@ func (rt *route) release(p *pair) {
 	}
 }
 
-// admitClient takes a per-client slot.
-func (rt *route) admitClient(r *Route, ip netip.Addr) bool {
-	if r.MaxConnsPerClient <= 0 || !ip.IsValid() {
+// admitClient takes a slot for p.clientIP, if the route limits clients,
+// and records in p whether it did: Update may change the limit while p
+// runs, and release must give back only what was taken.
+func (rt *route) admitClient(p *pair) bool {
+	ip := p.clientIP
+	if p.cfg.MaxConnsPerClient <= 0 || !ip.IsValid() {
 		return true
 	}
 	rt.clientMu.Lock()
 	defer rt.clientMu.Unlock()
-	if rt.clients[ip] >= r.MaxConnsPerClient {
+	if rt.clients[ip] >= p.cfg.MaxConnsPerClient {
 		return false
 	}
 	rt.clients[ip]++
+	p.perClient = true
 	return true
 }
 
 // pair is one relayed stream connection: client and target.
 type pair struct {
-	rt       *route
-	cfg      *Route
-	client   net.Conn
-	target   net.Conn
-	clientIP netip.Addr // counted against MaxConnsPerClient when valid
+	rt        *route
+	cfg       *Route
+	client    net.Conn
+	target    net.Conn
+	clientIP  netip.Addr // the client's address, from a PROXY header if any
+	perClient bool       // clientIP took a slot under MaxConnsPerClient
 
 	mu      sync.Mutex
 	aborted bool
@@ -163,13 +168,13 @@ func (p *pair) run() {
 		p.client.Close()
 		return
 	}
-	if !rt.admitClient(r, src.Addr()) {
+	p.clientIP = src.Addr()
+	if !rt.admitClient(p) {
 		rt.st.overLimit.Add(1)
 		log.Debug("client over its connection limit", "route", rt.name, "client", src)
 		p.client.Close()
 		return
 	}
-	p.clientIP = src.Addr()
 
 	d := net.Dialer{Timeout: r.DialTimeout, KeepAlive: r.KeepAlive}
 	t, err := d.Dial(r.Target.Network, r.Target.Address)
