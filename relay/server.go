@@ -162,8 +162,9 @@ func (s *Server) Addrs(route string) []net.Addr {
 
 // Shutdown stops accepting and ends UDP sessions, then waits for stream
 // relays in flight to finish by themselves. When ctx ends first, it closes
-// the remaining connections and returns ctx.Err(). It returns once every
-// goroutine the Server started has exited.
+// the remaining connections, cancelling dials in progress, and returns
+// ctx.Err(). It returns once every goroutine the Server started has
+// exited.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true

@@ -65,6 +65,71 @@ func TestSocketOptions(t *testing.T) {
 	}
 }
 
+// silentTarget returns the address of a TCP listener whose accept queue is
+// full, so that a further connect(2) hangs in SYN retransmissions: a
+// target that never answers.
+func silentTarget(t *testing.T) string {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(fd, 0); err != nil { // a queue of one
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := (&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: sa.(*unix.SockaddrInet4).Port}).String()
+	for i := 0; ; i++ {
+		c, err := net.DialTimeout("tcp4", addr, 300*time.Millisecond)
+		if err != nil {
+			return addr // this one hung: the queue is full
+		}
+		t.Cleanup(func() { c.Close() })
+		if i == 10 {
+			t.Fatal("accept queue never filled")
+		}
+	}
+}
+
+// TestCloseDuringDial: Close closes every connection at once, also one
+// whose dial to the target is in progress, rather than waiting out the
+// route's DialTimeout. An aborted dial is not a dial error.
+func TestCloseDuringDial(t *testing.T) {
+	leakCheck(t)
+	s := startRelay(t, route0("127.0.0.1:0", mustAddr(t, "tcp://"+silentTarget(t)), func(r *Route) { r.DialTimeout = 30 * time.Second }))
+	c := dialRoute(t, s, "r")
+	defer c.Close()
+	waitFor(t, func() bool { // the pair is about to dial, or dialing
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for p := range s.conns {
+			p.mu.Lock()
+			dialing := p.cancel != nil
+			p.mu.Unlock()
+			return dialing
+		}
+		return false
+	})
+	time.Sleep(50 * time.Millisecond) // into connect(2)
+	start := time.Now()
+	s.Close()
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("Close took %v with a dial in progress (DialTimeout 30s)", d.Round(time.Millisecond))
+	}
+	if !waitClosed(c, 5*time.Second) {
+		t.Error("client not closed")
+	}
+	if st := s.Stats(); st.Active != 0 {
+		t.Errorf("%d relays active after Close", st.Active)
+	}
+}
+
 // TestUDPBuffer checks that a UDP route's listening socket and its
 // sessions' upstream sockets get the buffers the route asks for, or the
 // default: as much as the kernel grants (it reports twice the size, and

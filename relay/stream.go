@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
@@ -114,7 +115,8 @@ type pair struct {
 	mu      sync.Mutex
 	aborted bool
 	why     error
-	last    atomic.Int64 // unix nanoseconds of the last chunk moved
+	cancel  context.CancelFunc // ends the dial to the target
+	last    atomic.Int64       // unix nanoseconds of the last chunk moved
 	timer   *time.Timer
 }
 
@@ -176,20 +178,35 @@ func (p *pair) run() {
 		return
 	}
 
+	// abort cancels the dial, so that Close and Shutdown's deadline do not
+	// wait out DialTimeout for a target that does not answer.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p.mu.Lock()
+	p.cancel = cancel
+	aborted := p.aborted
+	p.mu.Unlock()
+	if aborted { // Shutdown closed the client already
+		return
+	}
 	d := net.Dialer{Timeout: r.DialTimeout, KeepAlive: r.KeepAlive}
-	t, err := d.Dial(r.Target.Network, r.Target.Address)
+	t, err := d.DialContext(ctx, r.Target.Network, r.Target.Address)
+	p.mu.Lock()
+	if err == nil {
+		p.target = t
+	}
+	aborted = p.aborted
+	p.mu.Unlock()
+	if aborted { // Shutdown closed the client while we dialed
+		if t != nil {
+			t.Close()
+		}
+		return
+	}
 	if err != nil {
 		rt.st.errDial.Add(1)
 		log.Warn("dial failed", "route", rt.name, "client", src, "target", r.Target.String(), "err", err)
 		p.client.Close()
-		return
-	}
-	p.mu.Lock()
-	p.target = t
-	aborted := p.aborted
-	p.mu.Unlock()
-	if aborted { // Shutdown closed the client while we dialed
-		t.Close()
 		return
 	}
 	if r.Nagle {
@@ -281,8 +298,11 @@ func (p *pair) abort(why error) {
 	}
 	p.aborted = true
 	p.why = why
-	t := p.target
+	t, cancel := p.target, p.cancel
 	p.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
 	p.client.Close()
 	if t != nil {
 		t.Close()
