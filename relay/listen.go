@@ -48,7 +48,11 @@ func listenStream(r *Route) ([]net.Listener, error) {
 // listenConfig is how a TCP or UDP route opens its sockets: r.Workers of
 // them in one SO_REUSEPORT group when there is more than one.
 func listenConfig(r *Route) (net.ListenConfig, error) {
-	lc := net.ListenConfig{KeepAlive: r.KeepAlive} // ignored by UDP sockets
+	// Keep-alive is set on each accepted connection from the route's
+	// settings of the moment (pair.run), which Update may change while
+	// the listener stays; the listener would apply those it was opened
+	// with.
+	lc := net.ListenConfig{KeepAlive: -1}
 	if r.Workers > 1 {
 		if err := reusePortSupported(); err != nil {
 			return lc, err

@@ -14,7 +14,9 @@ import (
 )
 
 // TestSocketOptions checks TCP_NODELAY and keep-alive on both of the
-// relay's sockets of a connection, as the route asks.
+// relay's sockets of a connection, as the route asks: from the start, and
+// after a reload from the opposite settings, which keeps the listener (so
+// what it was created with must not decide).
 func TestSocketOptions(t *testing.T) {
 	for _, tc := range []struct {
 		name                   string
@@ -26,42 +28,69 @@ func TestSocketOptions(t *testing.T) {
 		{"nagle-keepalive-30s", true, 30 * time.Second, 0, 1, 30},
 		{"no-keepalive", false, -1, 1, 0, -1},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			b := startBackend(t, "tcp4", echo)
-			s := startRelay(t, route0("127.0.0.1:0", b.addr, func(r *Route) { r.Nagle, r.KeepAlive = tc.nagle, tc.keepAlive }))
-			c := dialRoute(t, s, "r")
-			defer c.Close()
-			if err := ping(c); err != nil {
-				t.Fatal(err)
+		for _, reload := range []bool{false, true} {
+			name := tc.name
+			if reload {
+				name += "-after-reload"
 			}
-			s.mu.Lock()
-			var conns []net.Conn
-			for p := range s.conns {
-				p.mu.Lock()
-				conns = append(conns, p.client, p.target)
-				p.mu.Unlock()
-			}
-			s.mu.Unlock()
-			if len(conns) != 2 {
-				t.Fatalf("%d relay sockets", len(conns))
-			}
-			for i, sc := range conns {
-				rc, err := sc.(*net.TCPConn).SyscallConn()
-				if err != nil {
+			t.Run(name, func(t *testing.T) {
+				b := startBackend(t, "tcp4", echo)
+				cfg := route0("127.0.0.1:0", b.addr, func(r *Route) { r.Nagle, r.KeepAlive = tc.nagle, tc.keepAlive })
+				if !reload {
+					checkSocketOptions(t, startRelay(t, cfg), tc.nodelay, tc.keep, tc.idleSec)
+					return
+				}
+				s := startRelay(t, route0("127.0.0.1:0", b.addr, func(r *Route) {
+					r.Nagle, r.KeepAlive = !tc.nagle, 45*time.Second
+					if tc.keepAlive >= 0 {
+						r.KeepAlive = -1
+					}
+				}))
+				if err := s.Update(cfg); err != nil {
 					t.Fatal(err)
 				}
-				var nd, ka, idle int
-				rc.Control(func(fd uintptr) {
-					nd, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY)
-					ka, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE)
-					idle, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPIDLE)
-				})
-				side := []string{"client", "target"}[i%2]
-				if nd != tc.nodelay || ka != tc.keep || (tc.idleSec > 0 && idle != tc.idleSec) {
-					t.Errorf("%s side: TCP_NODELAY %d SO_KEEPALIVE %d TCP_KEEPIDLE %d; want %d %d %d", side, nd, ka, idle, tc.nodelay, tc.keep, tc.idleSec)
-				}
-			}
+				checkSocketOptions(t, s, tc.nodelay, tc.keep, tc.idleSec)
+			})
+		}
+	}
+}
+
+// checkSocketOptions relays one connection through s's route "r" and
+// checks TCP_NODELAY, SO_KEEPALIVE and, if idleSec > 0, TCP_KEEPIDLE on
+// both of the relay's sockets.
+func checkSocketOptions(t *testing.T, s *Server, nodelay, keep, idleSec int) {
+	t.Helper()
+	c := dialRoute(t, s, "r")
+	defer c.Close()
+	if err := ping(c); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	var conns []net.Conn
+	for p := range s.conns {
+		p.mu.Lock()
+		conns = append(conns, p.client, p.target)
+		p.mu.Unlock()
+	}
+	s.mu.Unlock()
+	if len(conns) != 2 {
+		t.Fatalf("%d relay sockets", len(conns))
+	}
+	for i, sc := range conns {
+		rc, err := sc.(*net.TCPConn).SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var nd, ka, idle int
+		rc.Control(func(fd uintptr) {
+			nd, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY)
+			ka, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE)
+			idle, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPIDLE)
 		})
+		side := []string{"client", "target"}[i%2]
+		if nd != nodelay || ka != keep || (idleSec > 0 && idle != idleSec) {
+			t.Errorf("%s side: TCP_NODELAY %d SO_KEEPALIVE %d TCP_KEEPIDLE %d; want %d %d %d", side, nd, ka, idle, nodelay, keep, idleSec)
+		}
 	}
 }
 

@@ -142,6 +142,7 @@ func (p *pair) run() {
 			rt.release(p)
 		}
 	}()
+	setKeepAlive(p.client, r.KeepAlive)
 	src := addrPort(p.client.RemoteAddr())
 	dst := addrPort(p.client.LocalAddr())
 	if r.AcceptProxy {
@@ -323,6 +324,15 @@ func (p *pair) checkIdle() {
 		p.timer.Reset(idle - since)
 	}
 	p.mu.Unlock()
+}
+
+// setKeepAlive sets keep-alive on an accepted connection as net.Dialer
+// does on the target side with KeepAlive: period: Go's default for 0, off
+// (the listener's default) for a negative period.
+func setKeepAlive(c net.Conn, period time.Duration) {
+	if tc, ok := c.(*net.TCPConn); ok && period >= 0 {
+		tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: period})
+	}
 }
 
 func setNoDelay(c net.Conn, on bool) {
