@@ -608,3 +608,55 @@ func TestUpdatePerClientLimit(t *testing.T) {
 		t.Errorf("OverLimit = %d", st.OverLimit)
 	}
 }
+
+// TestRebindKeepsLimits: a rebind (here to two workers) replaces the
+// route's listeners, but the relays it accepted before still count
+// against its limits and in its Stats.
+func TestRebindKeepsLimits(t *testing.T) {
+	leakCheck(t)
+	if err := reusePortSupported(); err != nil {
+		t.Skip(err)
+	}
+	b := startBackend(t, "tcp4", echo)
+	cfg := route0("127.0.0.1:0", b.addr, func(r *Route) { r.MaxConnsPerClient = 1 })
+	s := startRelay(t, cfg)
+	held := dialRoute(t, s, "r")
+	defer held.Close()
+	if err := ping(held); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Routes[0].Workers = 2
+	if err := s.Update(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Addrs("r")) != 2 {
+		t.Fatal("route not rebound")
+	}
+	if st := s.Stats().Routes[0]; st.Active != 1 || st.Accepted != 1 {
+		t.Errorf("after the rebind: active %d, accepted %d; want 1, 1", st.Active, st.Accepted)
+	}
+	over := func(limit string) {
+		t.Helper()
+		c := dialRoute(t, s, "r")
+		defer c.Close()
+		if !waitClosed(c, 5*time.Second) {
+			t.Errorf("%s is 1, but a second connection is relayed (active %d)", limit, s.Stats().Routes[0].Active)
+		}
+	}
+	over("MaxConnsPerClient")
+	cfg.Routes[0].MaxConnsPerClient, cfg.Routes[0].MaxConns = 0, 1
+	if err := s.Update(cfg); err != nil {
+		t.Fatal(err)
+	}
+	over("MaxConns")
+	if st := s.Stats().Routes[0]; st.OverLimit != 2 {
+		t.Errorf("OverLimit = %d, want 2", st.OverLimit)
+	}
+	held.Close()
+	waitFor(t, func() bool { return s.Stats().Routes[0].Active == 0 })
+	c := dialRoute(t, s, "r")
+	defer c.Close()
+	if err := ping(c); err != nil {
+		t.Fatalf("after the old relay ended: %v", err)
+	}
+}

@@ -40,7 +40,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{log: cfg.Logger, routes: map[string]*route{}, conns: map[*pair]struct{}{}}
 	s.maxConns.Store(int64(cfg.MaxConns))
 	for i := range cfg.Routes {
-		rt := newRoute(s, cfg.Routes[i])
+		rt := newRoute(s, cfg.Routes[i], nil)
 		s.routes[rt.name] = rt
 	}
 	return s, nil
@@ -90,10 +90,11 @@ func (s *Server) sortedNames() []string {
 // stop listening, new ones start, and changed ones take their new settings
 // for new connections (rebinding only if the listen address or worker
 // count changed). Established stream connections are never touched: they
-// finish under the settings they started with. UDP sessions of a removed
-// or rebound route end with it, since their replies leave through its
-// socket. On a bind error the routes already
-// applied stay applied and the error names the one that failed.
+// finish under the settings they started with, and those of a rebound
+// route still count against its limits. UDP sessions of a removed or
+// rebound route end with it, since their replies leave through its
+// socket. On a bind error the routes already applied stay applied and the
+// error names the one that failed.
 func (s *Server) Update(cfg Config) error {
 	cfg, err := cfg.normalize()
 	if err != nil {
@@ -110,6 +111,7 @@ func (s *Server) Update(cfg Config) error {
 		want[r.Name] = r
 	}
 	// Stop first, so a route that moves to a freed address can bind it.
+	rebound := map[string]*route{}
 	for name, rt := range s.routes {
 		r, ok := want[name]
 		cur := rt.cfg.Load()
@@ -119,6 +121,7 @@ func (s *Server) Update(cfg Config) error {
 		case r.Listen != cur.Listen || r.Workers != cur.Workers || r.UnixMode != cur.UnixMode ||
 			r.UnixUser != cur.UnixUser || r.UnixGroup != cur.UnixGroup:
 			s.log.Info("route rebinding", "route", name, "listen", r.Listen.String())
+			rebound[name] = rt
 		default:
 			rt.update(r)
 			delete(want, name)
@@ -134,7 +137,12 @@ func (s *Server) Update(cfg Config) error {
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		rt := newRoute(s, want[n])
+		old := rebound[n]
+		var l *load
+		if old != nil {
+			l = old.load
+		}
+		rt := newRoute(s, want[n], l)
 		if s.started {
 			if err := rt.open(); err != nil {
 				errs = append(errs, err)
@@ -230,6 +238,14 @@ type route struct {
 	udp  *udpRoute
 	done chan struct{} // closed by stop
 
+	*load
+}
+
+// load is what a route's limits count, and its counters. A rebind replaces
+// the route, but the relays the old one accepted go on: the new route
+// shares the old one's load, so that those relays still count against
+// MaxConns and MaxConnsPerClient, and in the route's Stats.
+type load struct {
 	active   atomic.Int64
 	clientMu sync.Mutex
 	clients  map[netip.Addr]int
@@ -237,8 +253,12 @@ type route struct {
 	st counters
 }
 
-func newRoute(s *Server, r Route) *route {
-	rt := &route{srv: s, name: r.Name, done: make(chan struct{}), clients: map[netip.Addr]int{}}
+// newRoute returns a route for r, sharing l if not nil.
+func newRoute(s *Server, r Route, l *load) *route {
+	if l == nil {
+		l = &load{clients: map[netip.Addr]int{}}
+	}
+	rt := &route{srv: s, name: r.Name, done: make(chan struct{}), load: l}
 	rt.cfg.Store(&r)
 	return rt
 }
