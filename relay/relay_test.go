@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -658,5 +659,54 @@ func TestRebindKeepsLimits(t *testing.T) {
 	defer c.Close()
 	if err := ping(c); err != nil {
 		t.Fatalf("after the old relay ended: %v", err)
+	}
+}
+
+// TestRebindFails: a route whose new listen address is taken goes on
+// where it was, with its old settings and its connections, and Update
+// names it.
+func TestRebindFails(t *testing.T) {
+	leakCheck(t)
+	b := startBackend(t, "tcp4", echo)
+	busy, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	cfg := route0("127.0.0.1:0", b.addr, nil)
+	s := startRelay(t, cfg)
+	before := s.Addrs("r")[0].String()
+	held := dialRoute(t, s, "r")
+	defer held.Close()
+	if err := ping(held); err != nil {
+		t.Fatal(err)
+	}
+	moved := cfg
+	moved.Routes = []Route{cfg.Routes[0]}
+	moved.Routes[0].Listen.Address = busy.Addr().String()
+	moved.Routes[0].MaxConns = 1
+	if err := s.Update(moved); err == nil || !strings.Contains(err.Error(), `route "r"`) {
+		t.Fatalf("Update to an address in use: %v", err)
+	}
+	if as := s.Addrs("r"); len(as) != 1 || as[0].String() != before {
+		t.Fatalf("route listens on %v, want %s as before", as, before)
+	}
+	c := dialRoute(t, s, "r") // MaxConns is still 0
+	defer c.Close()
+	if err := ping(c); err != nil {
+		t.Fatalf("new connection after the failed rebind: %v", err)
+	}
+	if err := ping(held); err != nil {
+		t.Fatalf("established connection after the failed rebind: %v", err)
+	}
+	if st := s.Stats().Routes[0]; st.Active != 2 || st.Listen != "tcp://127.0.0.1:0" {
+		t.Errorf("Stats: active %d, listen %s", st.Active, st.Listen)
+	}
+	// The same config again still rebinds nothing.
+	if err := s.Update(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if as := s.Addrs("r"); as[0].String() != before {
+		t.Errorf("route moved to %v", as)
 	}
 }

@@ -93,8 +93,9 @@ func (s *Server) sortedNames() []string {
 // finish under the settings they started with, and those of a rebound
 // route still count against its limits. UDP sessions of a removed or
 // rebound route end with it, since their replies leave through its
-// socket. On a bind error the routes already applied stay applied and the
-// error names the one that failed.
+// socket. On a bind error the routes already applied stay applied, a
+// route that failed to rebind goes on with its old settings, listening
+// again where it was, and the error names the route that failed.
 func (s *Server) Update(cfg Config) error {
 	cfg, err := cfg.normalize()
 	if err != nil {
@@ -146,6 +147,9 @@ func (s *Server) Update(cfg Config) error {
 		if s.started {
 			if err := rt.open(); err != nil {
 				errs = append(errs, err)
+				if old != nil {
+					s.restore(old, err)
+				}
 				continue
 			}
 			rt.serve()
@@ -154,6 +158,28 @@ func (s *Server) Update(cfg Config) error {
 		s.log.Info("route added", "route", n, "listen", rt.cfg.Load().Listen.String(), "target", rt.cfg.Load().Target.String())
 	}
 	return errors.Join(errs...)
+}
+
+// restore puts back old, a route stopped for a rebind that failed with
+// err, with its settings and load, listening where it did before: on the
+// same port if it asked for port 0. The address was just freed, so this
+// fails only if something else took it meanwhile; then the route is gone
+// until an Update adds it again.
+func (s *Server) restore(old *route, err error) {
+	r := *old.cfg.Load()
+	back := newRoute(s, r, old.load)
+	if as := old.addrs(); r.Listen.Network != "unix" && r.Listen.port() == 0 && len(as) > 0 {
+		host, _, _ := net.SplitHostPort(r.Listen.Address)
+		_, port, _ := net.SplitHostPort(as[0].String())
+		r.Listen.Address = net.JoinHostPort(host, port)
+	}
+	if rerr := back.openAt(&r); rerr != nil {
+		s.log.Error("route rebind failed, and so did listening again as before; route removed", "route", old.name, "err", err, "relisten_err", rerr)
+		return
+	}
+	back.serve()
+	s.routes[old.name] = back
+	s.log.Warn("route rebind failed; it goes on with its old settings", "route", old.name, "listen", back.addrs()[0].String(), "err", err)
 }
 
 // Addrs returns the addresses a route listens on (one per worker), with
@@ -265,8 +291,11 @@ func newRoute(s *Server, r Route, l *load) *route {
 
 func (rt *route) update(r Route) { rt.cfg.Store(&r) }
 
-func (rt *route) open() error {
-	r := rt.cfg.Load()
+func (rt *route) open() error { return rt.openAt(rt.cfg.Load()) }
+
+// openAt binds rt's listeners as r says: r is rt's config, or for a route
+// put back by restore, a copy with the port it had.
+func (rt *route) openAt(r *Route) error {
 	var err error
 	if r.Listen.Datagram() {
 		rt.udp, err = listenUDP(rt, r)
