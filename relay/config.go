@@ -96,7 +96,8 @@ type Route struct {
 	// route's listening sockets and of each session's upstream socket
 	// (SO_RCVBUF, SO_SNDBUF; SO_RCVBUFFORCE and SO_SNDBUFFORCE first,
 	// which a privileged process may use past net.core.rmem_max and
-	// wmem_max; otherwise the kernel caps it there).
+	// wmem_max; otherwise the kernel caps it there). A reload resizes the
+	// listening sockets; sessions under way keep theirs.
 	UDPBuffer int
 	// MaxSessions limits concurrent UDP sessions; datagrams from new
 	// clients over the limit are dropped and counted.

@@ -91,11 +91,13 @@ func (s *Server) sortedNames() []string {
 // for new connections (rebinding only if the listen address or worker
 // count changed). Established stream connections are never touched: they
 // finish under the settings they started with, and those of a rebound
-// route still count against its limits. UDP sessions of a removed or
-// rebound route end with it, since their replies leave through its
-// socket. On a bind error the routes already applied stay applied, a
-// route that failed to rebind goes on with its old settings, listening
-// again where it was, and the error names the route that failed.
+// route still count against its limits. A UDP route's new target likewise
+// takes new sessions while those under way keep theirs, but the sessions
+// of a removed or rebound route end with it, since their replies leave
+// through its socket. On a bind error, or a UDP route's new target that
+// does not resolve, the routes already applied stay applied, a route that
+// failed goes on with its old settings (listening again where it was, if
+// it was to rebind), and the error names it.
 func (s *Server) Update(cfg Config) error {
 	cfg, err := cfg.normalize()
 	if err != nil {
@@ -112,6 +114,7 @@ func (s *Server) Update(cfg Config) error {
 		want[r.Name] = r
 	}
 	// Stop first, so a route that moves to a freed address can bind it.
+	var errs []error
 	rebound := map[string]*route{}
 	for name, rt := range s.routes {
 		r, ok := want[name]
@@ -124,14 +127,15 @@ func (s *Server) Update(cfg Config) error {
 			s.log.Info("route rebinding", "route", name, "listen", r.Listen.String())
 			rebound[name] = rt
 		default:
-			rt.update(r)
+			if err := rt.update(r); err != nil {
+				errs = append(errs, err)
+			}
 			delete(want, name)
 			continue
 		}
 		rt.stop()
 		delete(s.routes, name)
 	}
-	var errs []error
 	names := make([]string, 0, len(want))
 	for n := range want {
 		names = append(names, n)
@@ -289,7 +293,17 @@ func newRoute(s *Server, r Route, l *load) *route {
 	return rt
 }
 
-func (rt *route) update(r Route) { rt.cfg.Store(&r) }
+// update gives rt settings that need no rebind; on an error (a UDP
+// route's new target does not resolve) it keeps its old ones.
+func (rt *route) update(r Route) error {
+	if rt.udp != nil {
+		if err := rt.udp.update(rt.cfg.Load(), &r); err != nil {
+			return fmt.Errorf("route %q: %w", rt.name, err)
+		}
+	}
+	rt.cfg.Store(&r)
+	return nil
+}
 
 func (rt *route) open() error { return rt.openAt(rt.cfg.Load()) }
 

@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"fmt"
 	"net"
 	"os"
 	"strconv"
@@ -162,12 +161,31 @@ func TestCloseDuringDial(t *testing.T) {
 // TestUDPBuffer checks that a UDP route's listening socket and its
 // sessions' upstream sockets get the buffers the route asks for, or the
 // default: as much as the kernel grants (it reports twice the size, and
-// caps an unprivileged request at net.core.rmem_max and wmem_max).
+// caps an unprivileged request at net.core.rmem_max and wmem_max). A
+// reload resizes the listening socket's buffers in place.
 func TestUDPBuffer(t *testing.T) {
 	e := udpEcho(t, "udp4", "127.0.0.1:0")
-	for _, want := range []int{0, 1 << 20} {
-		t.Run(fmt.Sprint(want), func(t *testing.T) {
-			s := startRelay(t, udpRoute0("127.0.0.1:0", e.LocalAddr(), func(r *Route) { r.UDPBuffer = want }))
+	for _, tc := range []struct {
+		name   string
+		want   int
+		reload bool
+	}{
+		{"default", 0, false},
+		{"1MiB", 1 << 20, false},
+		{"64KiB-after-reload", 64 << 10, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := tc.want
+			cfg := udpRoute0("127.0.0.1:0", e.LocalAddr(), func(r *Route) { r.UDPBuffer = want })
+			var s *Server
+			if tc.reload {
+				s = startRelay(t, udpRoute0("127.0.0.1:0", e.LocalAddr(), nil)) // DefaultUDPBuffer
+				if err := s.Update(cfg); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				s = startRelay(t, cfg)
+			}
 			if want == 0 {
 				want = DefaultUDPBuffer
 			}
@@ -199,8 +217,8 @@ func TestUDPBuffer(t *testing.T) {
 					rcv, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
 					snd, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
 				})
-				if rcv < 2*min(want, rmax) || snd < 2*min(want, wmax) {
-					t.Errorf("%s socket: SO_RCVBUF %d, SO_SNDBUF %d; want at least 2x %d (rmem_max %d, wmem_max %d)", name, rcv, snd, want, rmax, wmax)
+				if rcv < 2*min(want, rmax) || snd < 2*min(want, wmax) || rcv > 2*want || snd > 2*want {
+					t.Errorf("%s socket: SO_RCVBUF %d, SO_SNDBUF %d; want 2x %d, or less down to 2x rmem_max %d, wmem_max %d", name, rcv, snd, want, rmax, wmax)
 				}
 			}
 		})

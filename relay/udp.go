@@ -34,12 +34,47 @@ const (
 type udpRoute struct {
 	rt     *route
 	lns    []*udp.Conn
-	target netip.AddrPort
-	tnet   string
+	target atomic.Pointer[udpTarget] // where new sessions go; Update may change it
 
 	mu       sync.Mutex
 	sessions map[netip.AddrPort]*session
 	closed   bool
+}
+
+// udpTarget is a route's target address, resolved.
+type udpTarget struct {
+	network string
+	addr    netip.AddrPort
+}
+
+func resolveTarget(r *Route) (*udpTarget, error) {
+	ta, err := net.ResolveUDPAddr(r.Target.Network, r.Target.Address)
+	if err != nil {
+		return nil, err
+	}
+	return &udpTarget{r.Target.Network, netip.AddrPortFrom(ta.AddrPort().Addr().Unmap(), ta.AddrPort().Port())}, nil
+}
+
+// update applies a reload's r to the route's sockets: new sessions go to
+// r's target (a session under way keeps its own, so that its client's
+// flow goes on), and the listening sockets take r's buffer size. On an
+// error nothing has changed.
+func (u *udpRoute) update(cur, r *Route) error {
+	if r.Target != cur.Target {
+		tg, err := resolveTarget(r)
+		if err != nil {
+			return err
+		}
+		u.target.Store(tg)
+	}
+	if r.UDPBuffer != cur.UDPBuffer {
+		for _, ln := range u.lns {
+			if err := setBuffers(ln, r.UDPBuffer); err != nil {
+				u.rt.srv.log.Warn("UDP buffer size unchanged", "route", u.rt.name, "err", err)
+			}
+		}
+	}
+	return nil
 }
 
 // session is one client's flow. Its goroutine reads the target's replies;
@@ -58,7 +93,7 @@ type session struct {
 }
 
 func listenUDP(rt *route, r *Route) (*udpRoute, error) {
-	ta, err := net.ResolveUDPAddr(r.Target.Network, r.Target.Address)
+	tg, err := resolveTarget(r)
 	if err != nil {
 		return nil, err
 	}
@@ -70,10 +105,8 @@ func listenUDP(rt *route, r *Route) (*udpRoute, error) {
 	if err != nil {
 		return nil, err
 	}
-	u := &udpRoute{
-		rt: rt, tnet: r.Target.Network, sessions: map[netip.AddrPort]*session{},
-		target: netip.AddrPortFrom(ta.AddrPort().Addr().Unmap(), ta.AddrPort().Port()),
-	}
+	u := &udpRoute{rt: rt, sessions: map[netip.AddrPort]*session{}}
+	u.target.Store(tg)
 	addr := la.String()
 	for range r.Workers {
 		pc, err := lc.ListenPacket(context.Background(), r.Listen.Network, addr)
@@ -207,7 +240,8 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message) *session {
 		st.denied.Add(1)
 		return nil
 	}
-	uc, err := net.DialUDP(u.tnet, nil, net.UDPAddrFromAddrPort(u.target))
+	tg := u.target.Load()
+	uc, err := net.DialUDP(tg.network, nil, net.UDPAddrFromAddrPort(tg.addr))
 	if err != nil {
 		st.errDial.Add(1)
 		u.rt.srv.log.Warn("UDP upstream socket failed", "route", u.rt.name, "client", m.Addr, "err", err)

@@ -299,3 +299,85 @@ func TestUDPWorkers(t *testing.T) {
 		t.Errorf("%d sessions for %d clients", st.SessionsTotal, clients)
 	}
 }
+
+// udpTagServer is a UDP server on loopback answering every datagram with
+// tag, so that a client can tell which target a relay sent it to.
+func udpTagServer(t *testing.T, tag string) *net.UDPConn {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 2048)
+		for {
+			_, from, err := c.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			c.WriteToUDPAddrPort([]byte(tag), from)
+		}
+	}()
+	t.Cleanup(func() { c.Close(); <-done })
+	return c
+}
+
+// askUDP sends a datagram from c and returns the reply, or "" if none
+// came within a few tries.
+func askUDP(c *net.UDPConn) string {
+	buf := make([]byte, 64)
+	for range 5 {
+		c.Write([]byte("who?"))
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		if n, err := c.Read(buf); err == nil {
+			return string(buf[:n])
+		}
+	}
+	return ""
+}
+
+// TestUDPUpdateTarget: after a reload changes a UDP route's target, new
+// sessions go to the new target, while a session under way keeps its
+// own, so that its client's flow is not cut in two.
+func TestUDPUpdateTarget(t *testing.T) {
+	leakCheck(t)
+	a, b := udpTagServer(t, "A"), udpTagServer(t, "B")
+	cfg := udpRoute0("127.0.0.1:0", a.LocalAddr(), nil)
+	s := startRelay(t, cfg)
+	ra := s.Addrs("u")[0].(*net.UDPAddr)
+	dial := func() *net.UDPConn {
+		c, err := net.DialUDP("udp4", nil, ra)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	old := dial()
+	if got := askUDP(old); got != "A" {
+		t.Fatalf("before the reload: %q", got)
+	}
+	cfg.Routes[0].Target.Address = b.LocalAddr().String()
+	if err := s.Update(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := askUDP(dial()); got != "B" {
+		t.Errorf("new session after the reload answered by %q, want B", got)
+	}
+	if got := askUDP(old); got != "A" {
+		t.Errorf("session under way answered by %q after the reload, want A", got)
+	}
+	if st := s.Stats().Routes[0]; st.Target != "udp://"+b.LocalAddr().String() || st.SessionsTotal != 2 {
+		t.Errorf("Stats: target %s, %d sessions", st.Target, st.SessionsTotal)
+	}
+	// A target that does not resolve is refused, and changes nothing.
+	cfg.Routes[0].Target.Address = "no-such-host.invalid:53"
+	if err := s.Update(cfg); err == nil {
+		t.Error("Update to an unresolvable target succeeded")
+	}
+	if got := askUDP(dial()); got != "B" {
+		t.Errorf("new session after the refused reload answered by %q, want B", got)
+	}
+}
