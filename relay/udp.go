@@ -26,18 +26,18 @@ const (
 	replyBuf   = 128 << 10
 )
 
-// udpRoute relays datagrams: one session per client address, each with its
-// own connected upstream socket. With Workers > 1 the route has that many
-// listening sockets in one SO_REUSEPORT group, each with its own reader;
-// the kernel hashes each client to one of them, and the sessions are
-// shared.
+// udpRoute relays datagrams: one session per client address (and local
+// address, see sessionKey), each with its own connected upstream socket.
+// With Workers > 1 the route has that many listening sockets in one
+// SO_REUSEPORT group, each with its own reader; the kernel hashes each
+// client to one of them, and the sessions are shared.
 type udpRoute struct {
 	rt     *route
 	lns    []*udp.Conn
 	target atomic.Pointer[udpTarget] // where new sessions go; Update may change it
 
 	mu       sync.Mutex
-	sessions map[netip.AddrPort]*session
+	sessions map[sessionKey]*session
 	closed   bool
 }
 
@@ -77,6 +77,16 @@ func (u *udpRoute) update(cur, r *Route) error {
 	return nil
 }
 
+// sessionKey identifies a session: the client's address, and on a socket
+// bound to a wildcard address the local address the client sent to (zero
+// otherwise). A client may reach the route at several of the host's
+// addresses from one socket, and each flow's replies must leave from the
+// address it used, so each is a session of its own.
+type sessionKey struct {
+	client netip.AddrPort
+	local  netip.Addr
+}
+
 // session is one client's flow. Its goroutine reads the target's replies;
 // the route's readers forward the client's datagrams to up.
 type session struct {
@@ -105,7 +115,7 @@ func listenUDP(rt *route, r *Route) (*udpRoute, error) {
 	if err != nil {
 		return nil, err
 	}
-	u := &udpRoute{rt: rt, sessions: map[netip.AddrPort]*session{}}
+	u := &udpRoute{rt: rt, sessions: map[sessionKey]*session{}}
 	u.target.Store(tg)
 	addr := la.String()
 	for range r.Workers {
@@ -225,7 +235,8 @@ func (u *udpRoute) run(ln *udp.Conn) {
 func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message) *session {
 	st := &u.rt.st
 	u.mu.Lock()
-	s := u.sessions[m.Addr]
+	key := sessionKey{m.Addr, m.Local}
+	s := u.sessions[key]
 	if s != nil || u.closed {
 		u.mu.Unlock()
 		return s
@@ -271,7 +282,7 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message) *session {
 		up.Close()
 		return nil
 	}
-	u.sessions[m.Addr] = s
+	u.sessions[key] = s
 	u.mu.Unlock()
 	st.udpSessions.Add(1)
 	st.udpSessionsTotal.Add(1)
@@ -297,8 +308,8 @@ func (s *session) run(timeout time.Duration) {
 	st := &u.rt.st
 	defer func() {
 		u.mu.Lock()
-		if u.sessions[s.client] == s {
-			delete(u.sessions, s.client)
+		if k := (sessionKey{s.client, s.local}); u.sessions[k] == s {
+			delete(u.sessions, k)
 		}
 		u.mu.Unlock()
 		s.up.Close()

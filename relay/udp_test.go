@@ -381,3 +381,39 @@ func TestUDPUpdateTarget(t *testing.T) {
 		t.Errorf("new session after the refused reload answered by %q, want B", got)
 	}
 }
+
+// TestUDPTwoLocalAddrs: one client socket sends to two of the host's
+// addresses of a route bound to the wildcard. Each flow is a session of
+// its own, and its replies come from the address it was sent to.
+func TestUDPTwoLocalAddrs(t *testing.T) {
+	leakCheck(t)
+	e := udpEcho(t, "udp4", "127.0.0.1:0")
+	s := startRelay(t, udpRoute0("0.0.0.0:0", e.LocalAddr(), nil))
+	port := s.Addrs("u")[0].(*net.UDPAddr).Port
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 64)
+	for round := range 2 {
+		for _, ip := range []string{"127.0.0.1", "127.0.0.2"} {
+			to := &net.UDPAddr{IP: net.ParseIP(ip), Port: port}
+			msg := fmt.Sprintf("round %d to %s", round, ip)
+			if _, err := c.WriteToUDP([]byte(msg), to); err != nil {
+				t.Fatal(err)
+			}
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			n, from, err := c.ReadFromUDP(buf)
+			if err != nil {
+				t.Fatalf("%s: %v", msg, err)
+			}
+			if !from.IP.Equal(to.IP) || from.Port != port || string(buf[:n]) != msg {
+				t.Errorf("%s: reply %q from %v", msg, buf[:n], from)
+			}
+		}
+	}
+	if st := s.Stats().Routes[0]; st.SessionsTotal != 2 || st.Sessions != 2 {
+		t.Errorf("%d sessions, %d in all; want 2, 2", st.Sessions, st.SessionsTotal)
+	}
+}
