@@ -213,7 +213,8 @@ func (c Config) normalize() (Config, error) {
 		if names[r.Name] {
 			errs = append(errs, fmt.Errorf("route %q: name used twice", r.Name))
 		}
-		if k := r.Listen.String(); listens[k] && r.Listen.port() != 0 {
+		// Port 0 is a new port each time; a Unix path has no port.
+		if k := r.Listen.String(); listens[k] && (r.Listen.Network == "unix" || r.Listen.port() != 0) {
 			errs = append(errs, fmt.Errorf("route %q: listen address %s used twice", r.Name, k))
 		} else {
 			listens[k] = true

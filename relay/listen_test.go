@@ -172,3 +172,32 @@ func checkPing(t *testing.T, path string) {
 		t.Fatal(err)
 	}
 }
+
+// TestListenTwice: two routes on one Unix socket path, or one TCP port,
+// are refused when the config is validated, not at bind; port 0 twice is
+// two ports.
+func TestListenTwice(t *testing.T) {
+	tcp := Addr{Network: "tcp", Address: "127.0.0.1:1"}
+	for _, tc := range []struct {
+		listen string
+		ok     bool
+	}{
+		{"unix:///tmp/zeroio-twice.sock", false},
+		{"unix://@zeroio-twice", false},
+		{"tcp://127.0.0.1:8080", false},
+		{"udp://127.0.0.1:8080", false},
+		{"tcp://127.0.0.1:0", true},
+	} {
+		l := mustAddr(t, tc.listen)
+		r := Route{Listen: l, Target: tcp}
+		if l.Datagram() {
+			r.Target = Addr{Network: "udp", Address: "127.0.0.1:1"}
+		}
+		a, b := r, r
+		a.Name, b.Name = "a", "b"
+		_, err := New(Config{Routes: []Route{a, b}})
+		if tc.ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), "used twice")) {
+			t.Errorf("%s twice: err = %v, want ok=%v", tc.listen, err, tc.ok)
+		}
+	}
+}
