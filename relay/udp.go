@@ -214,19 +214,39 @@ func (u *udpRoute) run(ln *udp.Conn) {
 			s.out = append(s.out, udp.Message{Buf: m.Buf[:m.N]})
 		}
 		for _, s := range touched {
-			sent, err := s.up.WriteAll(s.out)
-			st.udpPacketsUp.Add(uint64(sent))
-			if err != nil {
-				// ECONNREFUSED: an earlier datagram drew ICMP port
-				// unreachable from the target (udp(7)); the rest of
-				// the batch is lost, and counted.
-				st.udpDropWrite.Add(uint64(len(s.out) - sent))
-			}
+			u.forward(r, s, s.out)
 			clear(s.out)
 			s.out = s.out[:0]
 		}
 		clear(touched)
 		touched = touched[:0]
+	}
+}
+
+// forward sends msgs, the client's datagrams that a batch found s for, to
+// the target.
+func (u *udpRoute) forward(r *Route, s *session, msgs []udp.Message) {
+	st := &u.rt.st
+	sent, err := s.up.WriteAll(msgs)
+	if errors.Is(err, net.ErrClosed) {
+		// s ended after the batch found it: it expired, idle until just
+		// before these datagrams came, or failed. It left the route's
+		// sessions before closing its socket, so session opens a new one
+		// (unless the route is closing), and the datagrams go on as if
+		// they had come a moment later.
+		m := udp.Message{Addr: s.client, Local: s.local, IfIndex: s.ifidx}
+		if s2 := u.session(r, s.ln, &m); s2 != nil && s2 != s {
+			var n int
+			n, err = s2.up.WriteAll(msgs[sent:])
+			sent += n
+		}
+	}
+	st.udpPacketsUp.Add(uint64(sent))
+	if err != nil {
+		// ECONNREFUSED: an earlier datagram drew ICMP port unreachable
+		// from the target (udp(7)); the rest of the batch is lost, and
+		// counted.
+		st.udpDropWrite.Add(uint64(len(msgs) - sent))
 	}
 }
 

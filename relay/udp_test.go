@@ -417,3 +417,44 @@ func TestUDPTwoLocalAddrs(t *testing.T) {
 		t.Errorf("%d sessions, %d in all; want 2, 2", st.Sessions, st.SessionsTotal)
 	}
 }
+
+// TestUDPSessionEndsUnderBatch: a session can end (expire, idle until just
+// then) after the route's reader found it for a client's datagram and
+// before the datagram is sent. The datagram must go on through a new
+// session rather than be lost on the closed socket. The test plays the
+// reader's part for that datagram.
+func TestUDPSessionEndsUnderBatch(t *testing.T) {
+	leakCheck(t)
+	e := udpEcho(t, "udp4", "127.0.0.1:0")
+	s := startRelay(t, udpRoute0("127.0.0.1:0", e.LocalAddr(), nil))
+	c, err := net.DialUDP("udp4", nil, s.Addrs("u")[0].(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := askUDP(c); got != "who?" {
+		t.Fatalf("echo %q", got)
+	}
+	s.mu.Lock()
+	rt := s.routes["u"]
+	s.mu.Unlock()
+	u := rt.udp
+	u.mu.Lock()
+	var found *session
+	for _, ss := range u.sessions {
+		found = ss
+	}
+	u.mu.Unlock()
+	found.up.Close() // the session ends: it leaves the route, as on expiry
+	waitFor(t, func() bool { return s.Stats().Routes[0].Sessions == 0 })
+	up := s.Stats().Routes[0].PacketsUp
+	u.forward(rt.cfg.Load(), found, []udp.Message{{Buf: []byte("late")}})
+	buf := make([]byte, 64)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "late" {
+		t.Fatalf("datagram sent as its session ended: echo %q, %v", buf[:n], err)
+	}
+	if st := s.Stats().Routes[0]; st.DropsWriteError != 0 || st.SessionsTotal != 2 || st.PacketsUp != up+1 {
+		t.Errorf("Stats: %d dropped on write, %d sessions, %d packets up; want 0, 2, %d", st.DropsWriteError, st.SessionsTotal, st.PacketsUp, up+1)
+	}
+}
