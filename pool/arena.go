@@ -3,10 +3,12 @@ package pool
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"unsafe"
+	"weak"
 
 	"github.com/zeroio/zeroio/internal/percpu"
 )
@@ -38,7 +40,9 @@ var ErrDoubleDone = errors.New("pool: arena buffer released twice")
 // one. Unlike bufpool's sync.Pool of shards, the queue survives garbage
 // collections, so a fragmented workload settles on the shards it needs
 // instead of reallocating them every cycle; a retired shard that finds no
-// taker for two collections is dropped for the garbage collector.
+// taker for two collections is dropped for the garbage collector, whether
+// or not the arena is still used. With Retries 0 nothing is queued: a full
+// shard is left to the garbage collector once its last buffer is released.
 //
 // Make returns a [Buf] by value and allocates nothing. Every allocation in a
 // shard has a bit tagged with the shard's reuse epoch; Done clears it with a
@@ -58,6 +62,10 @@ var ErrDoubleDone = errors.New("pool: arena buffer released twice")
 //     buffer. Do not use a buffer after Done.
 //   - A Buf never released keeps its whole shard from being reused, and
 //     alive while B is reachable.
+//   - Buffers that are plain allocations (Make(0), and requests above half
+//     a shard) are not tracked: Done through a copy of such a released
+//     handle returns nil and counts one more release (Stats.Outstanding
+//     can drop below zero). No bytes are shared either way.
 type Arena struct {
 	shardSize int
 	retries   int
@@ -66,8 +74,9 @@ type Arena struct {
 	spare     []*shard // FIFO ring of retired shards
 	spareHead int
 	spareLen  int
-	held      atomic.Int64
-	heap      *shard // marks a Buf whose B is a plain allocation
+	watching  bool          // watchSpare is armed; under spareMu
+	held      *atomic.Int64 // its own allocation: see heldRef
+	heap      *shard        // marks a Buf whose B is a plain allocation
 }
 
 type arenaLocal struct {
@@ -130,7 +139,7 @@ func NewArena(o ArenaOptions) (*Arena, error) {
 	if o.ShardSize > 1<<30 {
 		return nil, fmt.Errorf("pool: arena ShardSize %d above the 1 GiB limit", o.ShardSize)
 	}
-	a := &Arena{shardSize: o.ShardSize, retries: o.Retries}
+	a := &Arena{shardSize: o.ShardSize, retries: o.Retries, held: new(atomic.Int64)}
 	a.heap = &shard{shardState: shardState{arena: a}}
 	a.locals.init()
 	return a, nil
@@ -148,7 +157,7 @@ func (a *Arena) newShard() *shard {
 		words: block[:nw:nw],
 	}}
 	a.held.Add(int64(a.shardSize))
-	runtime.AddCleanup(s, func(r heldRef) { r.held.Add(-r.n) }, heldRef{&a.held, int64(a.shardSize)})
+	runtime.AddCleanup(s, func(r heldRef) { r.held.Add(-r.n) }, heldRef{a.held, int64(a.shardSize)})
 	return s
 }
 
@@ -165,7 +174,12 @@ func (s *shard) fits(sz int) bool {
 		}
 	}
 	// Nothing of this epoch is live: start over. Done calls for the old
-	// epoch now fail their CAS on the epoch half of the word.
+	// epoch now fail their CAS on the epoch half of the word. A shard whose
+	// epoch would wrap is not recycled (it ages out of the spare queue), so
+	// a handle from 2^32 reuses ago can never match again.
+	if s.epoch == math.MaxUint32 {
+		return false
+	}
 	s.epoch++
 	s.off = 0
 	s.nused = 0
@@ -224,7 +238,24 @@ func (a *Arena) Make(n int) Buf {
 		return a.makeSlow(old, n, sz)
 	}
 	percpu.Unpin()
-	return a.makeSlow(nil, n, sz)
+	return a.makeSpill(n, sz)
+}
+
+// makeSpill is Make on a P added since the arena was made (GOMAXPROCS
+// grew): the spill slot's shard, under its mutex, serves all such Ps.
+func (a *Arena) makeSpill(n, sz int) Buf {
+	a.locals.spillMu.Lock()
+	l := &a.locals.spill
+	if s := l.cur; s != nil && s.fits(sz) {
+		b := s.carve(n, sz)
+		percpu.Inc(&l.hits)
+		a.locals.spillMu.Unlock()
+		return b
+	}
+	old := l.cur
+	l.cur = nil
+	a.locals.spillMu.Unlock()
+	return a.makeSlow(old, n, sz)
 }
 
 func (a *Arena) makeHeap(n int) Buf {
@@ -254,7 +285,7 @@ func (a *Arena) makeSlow(old *shard, n, sz int) Buf {
 		s = nil
 	}
 	a.locals.unpin(l)
-	if s != nil { // another goroutine installed a shard on this P meanwhile
+	if s != nil && a.retries > 0 { // another goroutine installed a shard on this P meanwhile
 		a.spareMu.Lock()
 		a.retire(s)
 		a.spareMu.Unlock()
@@ -265,6 +296,9 @@ func (a *Arena) makeSlow(old *shard, n, sz int) Buf {
 // reuse retires old and looks at up to Retries retired shards, oldest
 // first, for one that can serve sz bytes.
 func (a *Arena) reuse(old *shard, sz int) *shard {
+	if a.retries == 0 {
+		return nil // old goes to the garbage collector when its buffers do
+	}
 	a.spareMu.Lock()
 	defer a.spareMu.Unlock()
 	if old != nil {
@@ -290,6 +324,9 @@ func (a *Arena) reuse(old *shard, sz int) *shard {
 
 // retire queues a shard; a.spareMu is held.
 func (a *Arena) retire(s *shard) {
+	if a.spareLen == 0 {
+		watchSpare(a) // the queue ages even if Make is never called again
+	}
 	s.retired = gcGen.Load()
 	a.push(s)
 }
@@ -362,3 +399,46 @@ func (b *Buf) Len() int { return len(b.B) }
 
 // Clear zeroes the buffer's bytes (they are not zeroed by Make).
 func (b *Buf) Clear() { clear(b.B) }
+
+// watchSpare drops, after each garbage collection, the retired shards of a
+// that have found no taker for two collections, until a's queue is empty
+// or a itself is collected. It holds a only weakly.
+func watchSpare(a *Arena) {
+	if a.watching {
+		return
+	}
+	a.watching = true
+	startGCGen()
+	armSpare(weak.Make(a))
+}
+
+func armSpare(w weak.Pointer[Arena]) {
+	runtime.AddCleanup(new(gcSentinel), func(w weak.Pointer[Arena]) {
+		if a := w.Value(); a != nil && a.pruneSpare() {
+			armSpare(w)
+		}
+	}, w)
+}
+
+// pruneSpare drops the queued shards retired two or more collections ago
+// and reports whether any are left to watch.
+func (a *Arena) pruneSpare() bool {
+	a.spareMu.Lock()
+	defer a.spareMu.Unlock()
+	gen := gcGen.Load()
+	n := a.spareLen
+	for range n {
+		t := a.spare[a.spareHead]
+		a.spare[a.spareHead] = nil
+		a.spareHead = (a.spareHead + 1) % len(a.spare)
+		a.spareLen--
+		if gen-t.retired < 2 {
+			a.push(t)
+		}
+	}
+	if a.spareLen == 0 {
+		a.watching = false
+		return false
+	}
+	return true
+}

@@ -11,9 +11,10 @@
 //     (mcache, bytebufferpool, go-buffer-pool), and within about 10% of a
 //     bare sync.Pool of one size (docs/BENCHMARKS.md).
 //   - [Slab] is bounded: a fixed number of fixed-size slots carved from one
-//     allocation. It never holds more memory than that, detects double and
-//     foreign Puts exactly, and when all slots are taken it falls back to the
-//     heap or reports [ErrExhausted], never waits. With
+//     allocation. It never holds more memory than that (and its bitmap),
+//     detects double and foreign Puts exactly, and when all slots are
+//     taken it falls back to the heap or reports [ErrExhausted], never
+//     waits. With
 //     [SlabOptions].PerPCache each P keeps its last returned slot, which
 //     makes a Get/Put pair about 0.6 times the cost, and lets up to one
 //     free slot per P hide from Gets on other Ps.

@@ -24,7 +24,8 @@ func FuzzSlab(f *testing.F) {
 	f.Add([]byte{6, 6, 6, 6, 6, 6, 6, 6, 6, 0, 7, 1, 4})
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		const slots, size = 8, 24
-		s := mustSlab(t, size, slots, len(ops)%2 == 1) // with per-P caches or not
+		perP := len(ops)%2 == 1 // with per-P caches or not
+		s := mustSlab(t, size, slots, perP)
 		var held, released [][]byte
 		for k, op := range ops {
 			switch op % 8 {
@@ -98,7 +99,7 @@ func FuzzSlab(f *testing.F) {
 		if st := s.Stats(); st.Outstanding != int64(len(held)) {
 			t.Fatalf("Outstanding %d, holding %d", st.Outstanding, len(held))
 		}
-		if st := s.Stats(); st.BytesHeld != slots*size {
+		if st := s.Stats(); st.BytesHeld != slabHeld(size, slots, perP) {
 			t.Fatalf("BytesHeld %d", st.BytesHeld)
 		}
 	})

@@ -97,3 +97,14 @@ func settle(f func() bool) bool {
 	}
 	return false
 }
+
+// slabHeld is the memory a slab of n slots of size bytes holds: the slots,
+// a cache line of bitmap per 64 slots and, with per-P caches, a 4-byte
+// owner word per slot.
+func slabHeld(size, n int, perP bool) int64 {
+	h := int64(size*n) + int64((n+63)/64*percpu.CacheLine)
+	if perP {
+		h += 4 * int64(n)
+	}
+	return h
+}

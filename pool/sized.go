@@ -57,17 +57,24 @@ type SizedOptions struct {
 //     collector (Stats.Dropped): one huge request never pins memory.
 //   - Put of a buffer that is already in the pool (a double Put) is
 //     detected by a keyed marker the pool writes into idle buffers, and
-//     rejected. The check cannot see a "late" Put: a buffer Put, handed out
-//     again by Get, then Put again by its first owner. As with sync.Pool,
-//     the caller must not touch a buffer after Put.
+//     rejected. The check is a plain load and store, not an atomic
+//     instruction: two goroutines that Put the same buffer at the same
+//     moment (a data race on the buffer, which -race reports) may both get
+//     it in, and it cannot see a "late" Put: a buffer Put, handed out again
+//     by Get, then Put again by its first owner. As with sync.Pool, the
+//     caller must not touch a buffer after Put. ([Slab] refuses a
+//     concurrent double Put too, for an atomic operation per Put.)
 //   - Put of a buffer that starts inside a larger one (b[8:72:72]) is
 //     rejected when its start is not aligned to its class, as a real
-//     buffer of that class always is.
+//     buffer of a class up to 8 KiB always is. Go aligns larger buffers to
+//     8 KiB only, so above that only 8 KiB alignment is checked, and a
+//     piece of a larger buffer that starts on an 8 KiB boundary is adopted,
+//     like the tails below.
 //   - Put of a foreign buffer with a class capacity and an aligned start
 //     is adopted: it is just memory, and the pool hands it out as its own.
-//     That includes an aligned tail of a pooled buffer (b[2048:] of a
-//     4096-byte b), which the pool cannot tell from a 2048-byte buffer: Put
-//     it, or b, never both.
+//     That includes an aligned tail or head of a pooled buffer (b[2048:]
+//     or b[:64:64] of a 4096-byte b), which the pool cannot tell from a
+//     buffer of that size: Put it, or b, never both.
 //
 // The contents of a buffer from Get are unspecified (not zeroed).
 type Sized struct {
@@ -75,7 +82,7 @@ type Sized struct {
 	locals  perP[sizedLocal]
 	classes [nClasses]sync.Pool // of unsafe.Pointer to the first byte
 	key     uint64              // secret for the idle marker
-	held    atomic.Int64
+	held    *atomic.Int64       // its own allocation: see heldRef
 }
 
 type sizedLocal struct {
@@ -98,7 +105,7 @@ func NewSized(o SizedOptions) *Sized {
 	if shift > maxShiftLimit {
 		panic(fmt.Sprintf("pool: SizedOptions.MaxSize %d above the 1 GiB limit", o.MaxSize))
 	}
-	p := &Sized{maxSize: 1 << shift}
+	p := &Sized{maxSize: 1 << shift, held: new(atomic.Int64)}
 	p.locals.init()
 	var k [8]byte
 	_, _ = rand.Read(k[:]) // crypto/rand.Read never fails on supported platforms
@@ -180,13 +187,16 @@ func (p *Sized) getSlow(c uint, n int) []byte {
 	}
 	b := make([]byte, size)
 	p.held.Add(int64(size))
-	runtime.AddCleanup(&b[0], func(a heldRef) { a.held.Add(-a.n) }, heldRef{&p.held, int64(size)})
+	runtime.AddCleanup(&b[0], func(a heldRef) { a.held.Add(-a.n) }, heldRef{p.held, int64(size)})
 	count(&p.locals, func(l *sizedLocal) *uint64 { return &l.misses })
 	return b[:n]
 }
 
 // heldRef is what a buffer's cleanup needs: not the pool, so that a pool
-// can be collected while its buffers live on.
+// can be collected while its buffers live on. The counter is an allocation
+// of its own: a pointer into the pool would keep the whole pool reachable
+// from every buffer's cleanup, and the pool holds buffers (an Arena its
+// current shards for good), so it would never be collected.
 type heldRef struct {
 	held *atomic.Int64
 	n    int64

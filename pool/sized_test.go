@@ -215,3 +215,40 @@ func TestSizedKeepsNothingAboveMax(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// A pool that is no longer reachable is collected, even while buffers it
+// allocated are in use or cached: their cleanups do not keep it alive.
+func TestPoolsAreCollected(t *testing.T) {
+	gone := make(chan string, 3)
+	func() {
+		p := NewSized(SizedOptions{})
+		keep := p.Get(4096)
+		p.Put(p.Get(64)) // one in a per-P cache
+		runtime.AddCleanup(p, func(ch chan string) { ch <- "Sized" }, gone)
+		a := mustArena(t, 4096, 1)
+		b := a.Make(100) // the arena's current shard stays in it
+		runtime.AddCleanup(a, func(ch chan string) { ch <- "Arena" }, gone)
+		s := mustSlab(t, 64, 8)
+		_ = s.Get()
+		runtime.AddCleanup(s, func(ch chan string) { ch <- "Slab" }, gone)
+		sinkBufs = append(sinkBufs, keep, b.B)
+	}()
+	seen := map[string]bool{}
+	settle(func() bool {
+		for {
+			select {
+			case n := <-gone:
+				seen[n] = true
+			default:
+				return len(seen) == 3
+			}
+		}
+	})
+	if len(seen) != 3 {
+		t.Fatalf("collected: %v; want Sized, Arena and Slab", seen)
+	}
+	sinkBufs = nil
+}
+
+// sinkBufs keeps buffers reachable after their pool is not.
+var sinkBufs [][]byte

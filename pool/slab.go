@@ -10,6 +10,11 @@ import (
 	"github.com/zeroio/zeroio/internal/percpu"
 )
 
+// maxSlab bounds a slab's bytes: what one allocation can get (the Go heap
+// spans at most 2^48 bytes on 64-bit platforms), so that too large a slab
+// is an error from NewSlab, not a panic in make.
+const maxSlab = min(math.MaxInt, 1<<47)
+
 // SlabOptions configures a [Slab].
 type SlabOptions struct {
 	// SlotSize is the capacity of every buffer, in bytes (> 0).
@@ -30,7 +35,9 @@ type SlabOptions struct {
 }
 
 // Slab is a bounded pool of fixed-size buffers carved from one contiguous
-// allocation: the memory it holds never exceeds SlotSize*Slots bytes.
+// allocation: the memory it holds never exceeds SlotSize*Slots bytes of
+// buffers, plus its bookkeeping: 2 bytes per slot of bitmap (6 with
+// PerPCache), counted in Stats.BytesHeld.
 //
 // Get and Put are lock-free, allocate nothing, and cost one
 // compare-and-swap each. Free slots are bits in a bitmap whose words sit on
@@ -110,7 +117,7 @@ func NewSlab(o SlabOptions) (*Slab, error) {
 	if o.SlotSize <= 0 || o.Slots <= 0 {
 		return nil, fmt.Errorf("pool: slab needs SlotSize > 0 and Slots > 0, got %d and %d", o.SlotSize, o.Slots)
 	}
-	if uint64(o.Slots) >= 1<<32-1 || uint64(o.SlotSize) > uint64(math.MaxInt)/uint64(o.Slots) {
+	if uint64(o.Slots) >= 1<<32-1 || uint64(o.SlotSize) > maxSlab/uint64(o.Slots) {
 		return nil, fmt.Errorf("pool: slab of %d slots of %d bytes is too large", o.Slots, o.SlotSize)
 	}
 	s := &Slab{
@@ -315,7 +322,7 @@ func (s *Slab) Put(b []byte) error {
 }
 
 // Stats returns a snapshot of the slab's counters. BytesHeld is always
-// SlotSize*Slots. Outstanding counts the slots neither in the bitmap nor in
+// SlotSize*Slots plus the bitmap and owner words. Outstanding counts the slots neither in the bitmap nor in
 // a P's cache (read word by word, so it may mix moments under concurrent
 // use) plus heap fallbacks not yet returned.
 func (s *Slab) Stats() Stats {
@@ -334,6 +341,6 @@ func (s *Slab) Stats() Stats {
 		}
 	})
 	st.Outstanding += int64(s.n - free)
-	st.BytesHeld = int64(len(s.mem))
+	st.BytesHeld = int64(len(s.mem)) + int64(len(s.words))*int64(unsafe.Sizeof(slabWord{})) + 4*int64(len(s.owned))
 	return st
 }

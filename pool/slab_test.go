@@ -27,7 +27,7 @@ func slabModes(t *testing.T, f func(t *testing.T, perP bool)) {
 }
 
 func TestSlabOptions(t *testing.T) {
-	for _, o := range []SlabOptions{{SlotSize: 0, Slots: 10}, {SlotSize: 10}, {SlotSize: -1, Slots: 10}, {SlotSize: math.MaxInt / 2, Slots: 4}, {SlotSize: 8, PerPCache: true}} {
+	for _, o := range []SlabOptions{{SlotSize: 0, Slots: 10}, {SlotSize: 10}, {SlotSize: -1, Slots: 10}, {SlotSize: math.MaxInt / 2, Slots: 4}, {SlotSize: 1 << 30, Slots: 1 << 20}, {SlotSize: 8, PerPCache: true}} {
 		if _, err := NewSlab(o); err == nil {
 			t.Errorf("NewSlab(%+v) accepted", o)
 		}
@@ -70,7 +70,7 @@ func testSlabGetPut(t *testing.T, perP bool) {
 		}
 	}
 	st := s.Stats()
-	if st.Hits != 10 || st.Misses != 1 || st.Outstanding != 0 || st.Dropped != 1 || st.BytesHeld != 100 {
+	if st.Hits != 10 || st.Misses != 1 || st.Outstanding != 0 || st.Dropped != 1 || st.BytesHeld != slabHeld(10, 10, perP) {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -109,7 +109,7 @@ func testSlabNeverExceedsBound(t *testing.T, perP bool) {
 	if max.Load() > 32 {
 		t.Fatalf("%d slots out at once, bound is 32", max.Load())
 	}
-	if h := s.Stats().BytesHeld; h != 64*32 {
+	if h := s.Stats().BytesHeld; h != slabHeld(64, 32, perP) {
 		t.Fatalf("BytesHeld %d", h)
 	}
 }
