@@ -16,7 +16,9 @@ type Message struct {
 
 	// OOB is optional raw control data. On read, when not nil, the control
 	// messages the kernel returned are copied into it (OOB[:NOOB]); the
-	// fields below are filled either way. On write it is appended to the
+	// fields below are filled either way. Each datagram split out of a GRO
+	// buffer gets the whole buffer's control messages, its UDP_GRO
+	// segment size included. On write it is appended to the
 	// control messages the Conn builds itself.
 	OOB []byte
 
