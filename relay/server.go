@@ -22,6 +22,8 @@ type Server struct {
 	maxConns atomic.Int64
 	active   atomic.Int64 // stream relays in progress, all routes
 
+	updateMu sync.Mutex // one Update at a time, resolving targets unlocked
+
 	mu      sync.Mutex
 	started bool
 	closed  bool
@@ -103,6 +105,9 @@ func (s *Server) Update(cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}
+	s.updateMu.Lock()
+	defer s.updateMu.Unlock()
+	targets := s.resolveUDPTargets(cfg)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -127,7 +132,7 @@ func (s *Server) Update(cfg Config) error {
 			s.log.Info("route rebinding", "route", name, "listen", r.Listen.String())
 			rebound[name] = rt
 		default:
-			if err := rt.update(r); err != nil {
+			if err := rt.update(r, targets[name]); err != nil {
 				errs = append(errs, err)
 			}
 			delete(want, name)
@@ -149,7 +154,7 @@ func (s *Server) Update(cfg Config) error {
 		}
 		rt := newRoute(s, want[n], l)
 		if s.started {
-			if err := rt.open(); err != nil {
+			if err := rt.openAt(rt.cfg.Load(), targets[n]); err != nil {
 				errs = append(errs, err)
 				if old != nil {
 					s.restore(old, err)
@@ -162,6 +167,35 @@ func (s *Server) Update(cfg Config) error {
 		s.log.Info("route added", "route", n, "listen", rt.cfg.Load().Listen.String(), "target", rt.cfg.Load().Target.String())
 	}
 	return errors.Join(errs...)
+}
+
+// resolveUDPTargets resolves the targets of cfg's UDP routes that are new
+// or changed, before Update takes s.mu: a slow DNS answer must not stall
+// accepts, the ends of relays and Stats on every route meanwhile. A route
+// whose target is unchanged keeps the address it resolved before.
+func (s *Server) resolveUDPTargets(cfg Config) map[string]*resolved {
+	cur := map[string]*resolved{}
+	s.mu.Lock()
+	for name, rt := range s.routes {
+		if rt.udp != nil {
+			cur[name+"\x00"+rt.cfg.Load().Target.String()] = &resolved{tg: rt.udp.target.Load()}
+		}
+	}
+	s.mu.Unlock()
+	out := map[string]*resolved{}
+	for i := range cfg.Routes {
+		r := &cfg.Routes[i]
+		if !r.Target.Datagram() {
+			continue
+		}
+		if res := cur[r.Name+"\x00"+r.Target.String()]; res != nil {
+			out[r.Name] = res
+			continue
+		}
+		tg, err := resolveTarget(r)
+		out[r.Name] = &resolved{tg, err}
+	}
+	return out
 }
 
 // restore puts back old, a route stopped for a rebind that failed with
@@ -177,7 +211,11 @@ func (s *Server) restore(old *route, err error) {
 		_, port, _ := net.SplitHostPort(as[0].String())
 		r.Listen.Address = net.JoinHostPort(host, port)
 	}
-	if rerr := back.openAt(&r); rerr != nil {
+	var tg *resolved
+	if old.udp != nil {
+		tg = &resolved{tg: old.udp.target.Load()}
+	}
+	if rerr := back.openAt(&r, tg); rerr != nil {
 		s.log.Error("route rebind failed, and so did listening again as before; route removed", "route", old.name, "err", err, "relisten_err", rerr)
 		return
 	}
@@ -294,10 +332,11 @@ func newRoute(s *Server, r Route, l *load) *route {
 }
 
 // update gives rt settings that need no rebind; on an error (a UDP
-// route's new target does not resolve) it keeps its old ones.
-func (rt *route) update(r Route) error {
+// route's new target does not resolve) it keeps its old ones. tg is the
+// UDP target resolved for r, if it was.
+func (rt *route) update(r Route, tg *resolved) error {
 	if rt.udp != nil {
-		if err := rt.udp.update(rt.cfg.Load(), &r); err != nil {
+		if err := rt.udp.update(rt.cfg.Load(), &r, tg); err != nil {
 			return fmt.Errorf("route %q: %w", rt.name, err)
 		}
 	}
@@ -305,14 +344,15 @@ func (rt *route) update(r Route) error {
 	return nil
 }
 
-func (rt *route) open() error { return rt.openAt(rt.cfg.Load()) }
+func (rt *route) open() error { return rt.openAt(rt.cfg.Load(), nil) }
 
 // openAt binds rt's listeners as r says: r is rt's config, or for a route
-// put back by restore, a copy with the port it had.
-func (rt *route) openAt(r *Route) error {
+// put back by restore, a copy with the port it had. tg is r's UDP target,
+// resolved beforehand, or nil to resolve it here.
+func (rt *route) openAt(r *Route, tg *resolved) error {
 	var err error
 	if r.Listen.Datagram() {
-		rt.udp, err = listenUDP(rt, r)
+		rt.udp, err = listenUDP(rt, r, tg)
 	} else {
 		rt.lns, err = listenStream(r)
 	}

@@ -37,7 +37,7 @@ type RouteStats struct {
 	Sessions, SessionsTotal int64
 	PacketsUp, PacketsDown  uint64
 	DropsSessionLimit       uint64 // datagrams from new clients over MaxSessions
-	DropsWriteError         uint64 // datagrams the kernel refused to send
+	DropsWriteError         uint64 // datagrams not sent: the kernel refused them, or no upstream socket could take them (failed, or the route closing)
 	DropsTruncated          uint64 // datagrams longer than the receive buffer
 }
 

@@ -47,6 +47,20 @@ type udpTarget struct {
 	addr    netip.AddrPort
 }
 
+// resolved is a target looked up ahead of its use, or the error that gave.
+type resolved struct {
+	tg  *udpTarget
+	err error
+}
+
+// get returns the target of r: res's if res is not nil, else resolved now.
+func (res *resolved) get(r *Route) (*udpTarget, error) {
+	if res == nil {
+		return resolveTarget(r)
+	}
+	return res.tg, res.err
+}
+
 func resolveTarget(r *Route) (*udpTarget, error) {
 	ta, err := net.ResolveUDPAddr(r.Target.Network, r.Target.Address)
 	if err != nil {
@@ -59,9 +73,9 @@ func resolveTarget(r *Route) (*udpTarget, error) {
 // r's target (a session under way keeps its own, so that its client's
 // flow goes on), and the listening sockets take r's buffer size. On an
 // error nothing has changed.
-func (u *udpRoute) update(cur, r *Route) error {
+func (u *udpRoute) update(cur, r *Route, res *resolved) error {
 	if r.Target != cur.Target {
-		tg, err := resolveTarget(r)
+		tg, err := res.get(r)
 		if err != nil {
 			return err
 		}
@@ -102,8 +116,8 @@ type session struct {
 	out    []udp.Message
 }
 
-func listenUDP(rt *route, r *Route) (*udpRoute, error) {
-	tg, err := resolveTarget(r)
+func listenUDP(rt *route, r *Route, res *resolved) (*udpRoute, error) {
+	tg, err := res.get(r)
 	if err != nil {
 		return nil, err
 	}
@@ -203,11 +217,10 @@ func (u *udpRoute) run(ln *udp.Conn) {
 				st.udpDropTruncated.Add(1)
 				continue
 			}
-			s := u.session(r, ln, m)
+			s := u.session(r, ln, m, now, 1)
 			if s == nil {
 				continue
 			}
-			s.last.Store(now)
 			if len(s.out) == 0 {
 				touched = append(touched, s)
 			}
@@ -229,13 +242,19 @@ func (u *udpRoute) forward(r *Route, s *session, msgs []udp.Message) {
 	st := &u.rt.st
 	sent, err := s.up.WriteAll(msgs)
 	if errors.Is(err, net.ErrClosed) {
-		// s ended after the batch found it: it expired, idle until just
-		// before these datagrams came, or failed. It left the route's
-		// sessions before closing its socket, so session opens a new one
-		// (unless the route is closing), and the datagrams go on as if
-		// they had come a moment later.
+		// s ended after the batch found it: it failed, or the route is
+		// closing. (It cannot have expired since: finding it marked it
+		// used, under the lock its expiry is decided under.) It left the
+		// route's sessions before closing its socket, so session opens a
+		// new one (unless the route is closing), and the datagrams go on
+		// as if they had come a moment later.
 		m := udp.Message{Addr: s.client, Local: s.local, IfIndex: s.ifidx}
-		if s2 := u.session(r, s.ln, &m); s2 != nil && s2 != s {
+		s2 := u.session(r, s.ln, &m, time.Now().UnixNano(), uint64(len(msgs)-sent))
+		if s2 == nil { // dropped, and counted by session under its reason
+			st.udpPacketsUp.Add(uint64(sent))
+			return
+		}
+		if s2 != s {
 			var n int
 			n, err = s2.up.WriteAll(msgs[sent:])
 			sent += n
@@ -250,30 +269,40 @@ func (u *udpRoute) forward(r *Route, s *session, msgs []udp.Message) {
 	}
 }
 
-// session returns the client's session, creating it if there is room and
-// the access lists admit the client; nil means the datagram is dropped.
-func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message) *session {
+// session returns the client's session, marked used at now, creating it if
+// there is room and the access lists admit the client. nil means the n
+// datagrams it was looked up for are dropped; session counts them.
+func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n uint64) *session {
 	st := &u.rt.st
 	u.mu.Lock()
 	key := sessionKey{m.Addr, m.Local}
 	s := u.sessions[key]
-	if s != nil || u.closed {
+	if s != nil {
+		// Under u.mu, where the session decides it has expired: found
+		// here, it is not expiring.
+		s.touch(now)
 		u.mu.Unlock()
 		return s
 	}
+	if u.closed {
+		u.mu.Unlock()
+		st.udpDropWrite.Add(n)
+		return nil
+	}
 	if len(u.sessions) >= r.MaxSessions {
 		u.mu.Unlock()
-		st.udpDropLimit.Add(1)
+		st.udpDropLimit.Add(n)
 		return nil
 	}
 	u.mu.Unlock()
 	if !allowed(r.Allow, r.Deny, m.Addr.Addr()) {
-		st.denied.Add(1)
+		st.denied.Add(n)
 		return nil
 	}
 	tg := u.target.Load()
 	uc, err := net.DialUDP(tg.network, nil, net.UDPAddrFromAddrPort(tg.addr))
 	if err != nil {
+		st.udpDropWrite.Add(n)
 		st.errDial.Add(1)
 		u.rt.srv.log.Warn("UDP upstream socket failed", "route", u.rt.name, "client", m.Addr, "err", err)
 		return nil
@@ -285,12 +314,14 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message) *session {
 	up, err := udp.NewConn(uc, &udp.Options{DisableGRO: true, ReadBuffer: r.UDPBuffer, WriteBuffer: r.UDPBuffer})
 	if err != nil {
 		uc.Close()
+		st.udpDropWrite.Add(n)
 		st.errDial.Add(1)
 		return nil
 	}
 	rc, err := uc.SyscallConn()
 	if err != nil {
 		up.Close()
+		st.udpDropWrite.Add(n)
 		st.errDial.Add(1)
 		return nil
 	}
@@ -300,6 +331,7 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message) *session {
 	if u.closed {
 		u.mu.Unlock()
 		up.Close()
+		st.udpDropWrite.Add(n)
 		return nil
 	}
 	u.sessions[key] = s
@@ -347,8 +379,18 @@ func (s *session) run(timeout time.Duration) {
 		case errors.Is(err, net.ErrClosed):
 			return
 		case isTimeout(err):
+			// Decided under u.mu, where readers find the session and
+			// mark it used: a reader that found it has moved last on,
+			// and one that looks after it left opens a new one. No
+			// datagram goes to a session that is on its way out.
+			u.mu.Lock()
 			deadline := time.Unix(0, s.last.Load()).Add(timeout)
-			if !time.Now().Before(deadline) {
+			expired := !time.Now().Before(deadline)
+			if k := (sessionKey{s.client, s.local}); expired && u.sessions[k] == s {
+				delete(u.sessions, k)
+			}
+			u.mu.Unlock()
+			if expired {
 				u.rt.srv.log.Debug("UDP session expired", "route", u.rt.name, "client", s.client)
 				return
 			}
@@ -389,7 +431,7 @@ func (b *batch) release() {
 // sendReplies sends the n replies in b to the client from the address the
 // client used. It reports false when the route's socket is closed.
 func (s *session) sendReplies(b *batch, n int) bool {
-	s.last.Store(time.Now().UnixNano())
+	s.touch(time.Now().UnixNano())
 	st := &s.u.rt.st
 	out := b.out[:0]
 	for _, m := range b.in[:n] {
@@ -408,6 +450,16 @@ func (s *session) sendReplies(b *batch, n int) bool {
 		}
 	}
 	return true
+}
+
+// touch moves the session's last use on to t; last never goes back.
+func (s *session) touch(t int64) {
+	for {
+		old := s.last.Load()
+		if t <= old || s.last.CompareAndSwap(old, t) {
+			return
+		}
+	}
 }
 
 func isTimeout(err error) bool {

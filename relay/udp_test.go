@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -456,5 +458,108 @@ func TestUDPSessionEndsUnderBatch(t *testing.T) {
 	}
 	if st := s.Stats().Routes[0]; st.DropsWriteError != 0 || st.SessionsTotal != 2 || st.PacketsUp != up+1 {
 		t.Errorf("Stats: %d dropped on write, %d sessions, %d packets up; want 0, 2, %d", st.DropsWriteError, st.SessionsTotal, st.PacketsUp, up+1)
+	}
+}
+
+// TestUDPSessionFoundAsItExpires: a session a reader finds at the moment
+// its idle timeout fires is not expiring any more: the datagram gets
+// through it and its reply comes back. (The reader's lookup and the
+// session's expiry are decided under the same lock; before, the session
+// could leave after the reader had found it, and the datagram went to a
+// socket about to close, counted as relayed.)
+func TestUDPSessionFoundAsItExpires(t *testing.T) {
+	leakCheck(t)
+	e := udpEcho(t, "udp4", "127.0.0.1:0")
+	s := startRelay(t, udpRoute0("127.0.0.1:0", e.LocalAddr(), func(r *Route) { r.SessionTimeout = 100 * time.Millisecond }))
+	c, err := net.DialUDP("udp4", nil, s.Addrs("u")[0].(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := askUDP(c); got != "who?" {
+		t.Fatalf("echo %q", got)
+	}
+	s.mu.Lock()
+	rt := s.routes["u"]
+	s.mu.Unlock()
+	u := rt.udp
+	u.mu.Lock()
+	var found *session
+	for _, ss := range u.sessions {
+		found = ss
+	}
+	// The session's deadline fires; it waits for u.mu to decide.
+	deadline := time.Now().Add(10 * time.Second)
+	for !blockedOnLock("(*session).run") {
+		if time.Now().After(deadline) {
+			u.mu.Unlock()
+			t.Fatal("the session never reached its expiry check")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	found.touch(time.Now().UnixNano()) // a reader finds it, as session does
+	u.mu.Unlock()
+	u.forward(rt.cfg.Load(), found, []udp.Message{{Buf: []byte("late")}})
+	buf := make([]byte, 64)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := c.Read(buf); err != nil || string(buf[:n]) != "late" {
+		t.Fatalf("datagram sent as its session's deadline fired: echo %q, %v", buf[:n], err)
+	}
+	if st := s.Stats().Routes[0]; st.SessionsTotal != 1 || st.DropsWriteError != 0 {
+		t.Errorf("%d sessions, %d dropped on write; want 1, 0", st.SessionsTotal, st.DropsWriteError)
+	}
+}
+
+// blockedOnLock reports whether a goroutine running fn waits for a mutex.
+func blockedOnLock(fn string) bool {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, fn) && strings.Contains(g, "sync.(*Mutex).Lock") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestUDPRetryDropCountedOnce: datagrams whose session ended under the
+// batch, and that find no room for a new one, are counted once, under the
+// session limit, all of them.
+func TestUDPRetryDropCountedOnce(t *testing.T) {
+	leakCheck(t)
+	e := udpEcho(t, "udp4", "127.0.0.1:0")
+	s := startRelay(t, udpRoute0("127.0.0.1:0", e.LocalAddr(), func(r *Route) { r.MaxSessions = 1 }))
+	ra := s.Addrs("u")[0].(*net.UDPAddr)
+	a, err := net.DialUDP("udp4", nil, ra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if got := askUDP(a); got != "who?" {
+		t.Fatalf("echo %q", got)
+	}
+	s.mu.Lock()
+	rt := s.routes["u"]
+	s.mu.Unlock()
+	u := rt.udp
+	u.mu.Lock()
+	var found *session
+	for _, ss := range u.sessions {
+		found = ss
+	}
+	u.mu.Unlock()
+	found.up.Close() // a's session ends
+	waitFor(t, func() bool { return s.Stats().Routes[0].Sessions == 0 })
+	b, err := net.DialUDP("udp4", nil, ra) // b takes the one slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if got := askUDP(b); got != "who?" {
+		t.Fatalf("echo %q", got)
+	}
+	u.forward(rt.cfg.Load(), found, []udp.Message{{Buf: []byte("late")}, {Buf: []byte("later")}})
+	if st := s.Stats().Routes[0]; st.DropsSessionLimit != 2 || st.DropsWriteError != 0 {
+		t.Errorf("two datagrams dropped: %d counted at the session limit, %d as write errors; want 2, 0", st.DropsSessionLimit, st.DropsWriteError)
 	}
 }
