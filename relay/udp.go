@@ -328,10 +328,23 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 	s = &session{u: u, ln: ln, client: m.Addr, local: m.Local, ifidx: m.IfIndex, up: up, rc: rc}
 	s.last.Store(time.Now().UnixNano())
 	u.mu.Lock()
-	if u.closed {
+	// Checked again: with several workers another reader may have taken
+	// the last slot, or opened this very session, while we dialled.
+	if other := u.sessions[key]; other != nil {
+		other.touch(now)
 		u.mu.Unlock()
 		up.Close()
-		st.udpDropWrite.Add(n)
+		return other
+	}
+	if u.closed || len(u.sessions) >= r.MaxSessions {
+		closed := u.closed
+		u.mu.Unlock()
+		up.Close()
+		if closed {
+			st.udpDropWrite.Add(n)
+		} else {
+			st.udpDropLimit.Add(n)
+		}
 		return nil
 	}
 	u.sessions[key] = s
