@@ -710,3 +710,23 @@ func TestRebindFails(t *testing.T) {
 		t.Errorf("route moved to %v", as)
 	}
 }
+
+// TestCloseDuringProxyHeader: a client still owing its PROXY header when
+// the server closes is closed with it, not counted as a bad header.
+func TestCloseDuringProxyHeader(t *testing.T) {
+	leakCheck(t)
+	b := startBackend(t, "tcp4", echo)
+	s := startRelay(t, route0("127.0.0.1:0", b.addr, func(r *Route) {
+		r.AcceptProxy, r.ProxyHeaderTimeout = true, 30*time.Second
+	}))
+	c := dialRoute(t, s, "r")
+	defer c.Close()
+	waitFor(t, func() bool { return s.Stats().Active == 1 })
+	s.Close()
+	if !waitClosed(c, 5*time.Second) {
+		t.Error("client not closed")
+	}
+	if st := s.Stats().Routes[0]; st.ProxyHeaderErrors != 0 {
+		t.Errorf("%d PROXY header errors counted for a client the server closed", st.ProxyHeaderErrors)
+	}
+}

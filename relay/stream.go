@@ -156,6 +156,13 @@ func (p *pair) run() {
 		h, err := proxyproto.ReadHeader(p.client)
 		p.client.SetReadDeadline(time.Time{})
 		if err != nil {
+			p.mu.Lock()
+			aborted := p.aborted
+			p.mu.Unlock()
+			if aborted { // Close or the shutdown deadline closed the client
+				p.client.Close()
+				return
+			}
 			rt.st.errProxy.Add(1)
 			log.Info("bad PROXY header", "route", rt.name, "client", src, "err", err)
 			p.client.Close()
