@@ -191,7 +191,7 @@ func (s *readScratch) meta(i int, m *Message) udpsys.Control {
 	if s.stride > 0 {
 		b := s.ctl[i*s.stride : i*s.stride+int(h.Hdr.Controllen)]
 		ctl = udpsys.ParseControl(b)
-		m.NOOB = copy(m.OOB, b)
+		copyOOB(m, b)
 		m.Local, m.IfIndex, m.TOS = ctl.Dst, ctl.IfIndex, ctl.TOS
 	}
 	return ctl
@@ -239,16 +239,38 @@ func (c *Conn) ReadBatch(msgs []Message) (int, error) {
 	return c.readPlain(msgs)
 }
 
+// copyOOB copies a message's control data into m.OOB, if the caller gave
+// one, and sets MSG_CTRUNC in m.Flags when it does not all fit, as
+// recvmsg(2) does.
+func copyOOB(m *Message, ctl []byte) {
+	m.NOOB = copy(m.OOB, ctl)
+	if m.OOB != nil && m.NOOB < len(ctl) {
+		m.Flags |= unix.MSG_CTRUNC
+	}
+}
+
+// maxStride bounds the control space per message a caller's OOB can ask
+// for: more than every control message Linux sends with a datagram.
+const maxStride = 4096
+
 func (c *Conn) ctlStride(msgs []Message) int {
+	stride, oob := 0, false
 	if c.sys.wantCtl || c.gro {
-		return udpsys.RecvSpace
+		stride = udpsys.RecvSpace
 	}
 	for i := range msgs {
 		if msgs[i].OOB != nil {
-			return udpsys.RecvSpace
+			oob = true
+			stride = max(stride, min(len(msgs[i].OOB), maxStride))
 		}
 	}
-	return 0
+	if oob {
+		stride = max(stride, udpsys.RecvSpace)
+	}
+	// Each message's control data starts where the kernel's alignment of
+	// control messages, a word, wants it.
+	const word = int(unsafe.Sizeof(uintptr(0)))
+	return (stride + word - 1) &^ (word - 1)
 }
 
 func (c *Conn) readPlain(msgs []Message) (int, error) {
@@ -291,7 +313,7 @@ func (c *Conn) readGRO(msgs []Message) (int, error) {
 	}
 	s := readPool.Get().(*readScratch)
 	slots := min(len(msgs), groSlots)
-	s.prepare(slots, udpsys.RecvSpace)
+	s.prepare(slots, c.ctlStride(msgs))
 	s.growSpill(slots, slots)
 	for i := range slots {
 		setIov(&s.iovs[i], s.spill[i])
@@ -344,7 +366,7 @@ func (c *Conn) deliverSpill(s *readScratch, msgs []Message, p int) int {
 		meta.Flags &^= unix.MSG_TRUNC
 		f, used := splitGRO(msgs[p:], data[s.off:], ctl.GSOSize, &meta)
 		for i := p; i < p+f; i++ {
-			msgs[i].NOOB = copy(msgs[i].OOB, s.ctlOf(s.next))
+			copyOOB(&msgs[i], s.ctlOf(s.next))
 		}
 		p += f
 		s.off += used
@@ -374,7 +396,7 @@ func (c *Conn) deliverSpill(s *readScratch, msgs []Message, p int) int {
 // holds all the messages the Conn's options ask for; only more of them,
 // enabled through SyscallConn (timestamps go before UDP_GRO), cut it.
 func (s *readScratch) lostGRO(k int, ctl udpsys.Control) bool {
-	return s.hs[k].Hdr.Flags&unix.MSG_CTRUNC != 0 && ctl.GSOSize == 0
+	return s.hs[k].Hdr.Flags&unix.MSG_CTRUNC != 0 && ctl.GSOSize == 0 && !ctl.IPLevel
 }
 
 func (s *readScratch) ctlOf(k int) []byte {
@@ -398,7 +420,7 @@ func (c *Conn) readScatter(msgs []Message, g int) (int, error) {
 	m := len(msgs)
 	slots := (m + scatterSlot - 1) / scatterSlot
 	s := readPool.Get().(*readScratch)
-	s.prepare(slots, udpsys.RecvSpace)
+	s.prepare(slots, c.ctlStride(msgs))
 	s.growSpill(slots, slots)
 	s.iovs = udpsys.Grow(s.iovs, m+slots)
 	for k := range slots {
@@ -459,7 +481,7 @@ func (c *Conn) readScatter(msgs []Message, g int) (int, error) {
 			mp.Addr, mp.Local, mp.IfIndex, mp.TOS, mp.Flags = meta.Addr, meta.Local, meta.IfIndex, meta.TOS, meta.Flags
 			mp.N = min(seg, total-j*seg)
 			mp.Truncated = false
-			mp.NOOB = copy(mp.OOB, ctlb)
+			copyOOB(mp, ctlb)
 			p++
 		}
 		if count > inBufs { // last slot: the rest is in the spill buffer, g-aligned
@@ -489,7 +511,7 @@ const groWholeBuf = 1<<16 - 1 - 8
 func (c *Conn) readBig(msgs []Message) (int, error) {
 	m := len(msgs)
 	s := readPool.Get().(*readScratch)
-	s.prepare(m, udpsys.RecvSpace)
+	s.prepare(m, c.ctlStride(msgs))
 	for i := range msgs {
 		setIov(&s.iovs[i], msgs[i].Buf)
 	}
@@ -566,7 +588,7 @@ func (c *Conn) readBig(msgs []Message) (int, error) {
 			}
 			mp.Truncated = mp.N < size
 			mp.Addr, mp.Local, mp.IfIndex, mp.TOS, mp.Flags = meta.Addr, meta.Local, meta.IfIndex, meta.TOS, meta.Flags
-			mp.NOOB = copy(mp.OOB, ctlb)
+			copyOOB(mp, ctlb)
 		}
 		if (s.hs[k].Hdr.Flags&unix.MSG_TRUNC != 0 || s.lostGRO(k, ctl)) && count > 0 {
 			msgs[p+count-1].Truncated = true // never pass a cut buffer off as whole

@@ -831,3 +831,56 @@ func TestWriteBatchRandomMetadata(t *testing.T) {
 		})
 	}
 }
+
+// TestReadMsgUDPControlSpace: Conn's ReadMsgUDP gives the kernel as much
+// control space as the caller's oob (control messages enabled through
+// SyscallConn past the Conn's own are not cut, and a whole datagram is not
+// reported truncated), and an oob too small for what arrived is flagged
+// MSG_CTRUNC, both as package net's ReadMsgUDP does.
+func TestReadMsgUDPControlSpace(t *testing.T) {
+	for _, std := range []bool{true, false} {
+		a, b := pair(t, "udp4", "127.0.0.1", &Options{ReadBuffer: bigBuf})
+		rc, err := b.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.Control(func(fd uintptr) {
+			for _, o := range [][3]int{
+				{unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1},
+				{unix.SOL_SOCKET, unix.SO_TIMESTAMPING, unix.SOF_TIMESTAMPING_RX_SOFTWARE | unix.SOF_TIMESTAMPING_SOFTWARE},
+				{unix.IPPROTO_IP, unix.IP_PKTINFO, 1}, {unix.IPPROTO_IP, unix.IP_RECVTTL, 1},
+				{unix.IPPROTO_IP, unix.IP_RECVTOS, 1}, {unix.IPPROTO_IP, unix.IP_RECVORIGDSTADDR, 1},
+			} {
+				if err := unix.SetsockoptInt(int(fd), o[0], o[1], o[2]); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+		read := func(buf, oob []byte) (n, oobn, flags int) {
+			t.Helper()
+			b.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if std {
+				n, oobn, flags, _, err = b.UDPConn.ReadMsgUDP(buf, oob)
+			} else {
+				n, oobn, flags, _, err = b.ReadMsgUDP(buf, oob)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n, oobn, flags
+		}
+		for _, size := range []int{1024, 20} {
+			out := makeMsgs(1, 100)
+			out[0].Addr = addrOf(b)
+			if _, err := a.WriteBatch(out); err != nil {
+				t.Fatal(err)
+			}
+			n, oobn, flags := read(make([]byte, 1500), make([]byte, size))
+			trunc, ctrunc := flags&unix.MSG_TRUNC != 0, flags&unix.MSG_CTRUNC != 0
+			if n != 100 || trunc || ctrunc != (size == 20) {
+				t.Errorf("std=%v, oob of %d: n %d, oobn %d, MSG_TRUNC %v, MSG_CTRUNC %v; want 100 bytes, no MSG_TRUNC, MSG_CTRUNC only for the small oob",
+					std, size, n, oobn, trunc, ctrunc)
+			}
+		}
+	}
+}

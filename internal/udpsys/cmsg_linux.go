@@ -15,6 +15,9 @@ type Control struct {
 	IfIndex int        // IP_PKTINFO / IPV6_PKTINFO: the interface it arrived on
 	TOS     uint8      // IP_TOS / IPV6_TCLASS
 	HasTOS  bool
+	// IPLevel: a SOL_IP or SOL_IPV6 message was found. udp_recvmsg puts
+	// those after UDP_GRO, so UDP_GRO was not cut when one is there.
+	IPLevel bool
 }
 
 // Sizes of the control messages this package builds or expects.
@@ -36,6 +39,9 @@ func ParseControl(b []byte) Control {
 			break
 		}
 		b = rest
+		if h.Level == unix.IPPROTO_IP || h.Level == unix.IPPROTO_IPV6 {
+			c.IPLevel = true
+		}
 		switch {
 		case h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO && len(data) >= 2:
 			if len(data) >= 4 {
