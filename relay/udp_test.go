@@ -429,24 +429,8 @@ func TestUDPSessionEndsUnderBatch(t *testing.T) {
 	leakCheck(t)
 	e := udpEcho(t, "udp4", "127.0.0.1:0")
 	s := startRelay(t, udpRoute0("127.0.0.1:0", e.LocalAddr(), nil))
-	c, err := net.DialUDP("udp4", nil, s.Addrs("u")[0].(*net.UDPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if got := askUDP(c); got != "who?" {
-		t.Fatalf("echo %q", got)
-	}
-	s.mu.Lock()
-	rt := s.routes["u"]
-	s.mu.Unlock()
+	c, rt, found := sessionClient(t, s)
 	u := rt.udp
-	u.mu.Lock()
-	var found *session
-	for _, ss := range u.sessions {
-		found = ss
-	}
-	u.mu.Unlock()
 	found.up.Close() // the session ends: it leaves the route, as on expiry
 	waitFor(t, func() bool { return s.Stats().Routes[0].Sessions == 0 })
 	up := s.Stats().Routes[0].PacketsUp
@@ -471,23 +455,9 @@ func TestUDPSessionFoundAsItExpires(t *testing.T) {
 	leakCheck(t)
 	e := udpEcho(t, "udp4", "127.0.0.1:0")
 	s := startRelay(t, udpRoute0("127.0.0.1:0", e.LocalAddr(), func(r *Route) { r.SessionTimeout = 100 * time.Millisecond }))
-	c, err := net.DialUDP("udp4", nil, s.Addrs("u")[0].(*net.UDPAddr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if got := askUDP(c); got != "who?" {
-		t.Fatalf("echo %q", got)
-	}
-	s.mu.Lock()
-	rt := s.routes["u"]
-	s.mu.Unlock()
+	c, rt, found := sessionClient(t, s)
 	u := rt.udp
 	u.mu.Lock()
-	var found *session
-	for _, ss := range u.sessions {
-		found = ss
-	}
 	// The session's deadline fires; it waits for u.mu to decide.
 	deadline := time.Now().Add(10 * time.Second)
 	for !blockedOnLock("(*session).run") {
@@ -530,25 +500,9 @@ func TestUDPRetryDropCountedOnce(t *testing.T) {
 	e := udpEcho(t, "udp4", "127.0.0.1:0")
 	s := startRelay(t, udpRoute0("127.0.0.1:0", e.LocalAddr(), func(r *Route) { r.MaxSessions = 1 }))
 	ra := s.Addrs("u")[0].(*net.UDPAddr)
-	a, err := net.DialUDP("udp4", nil, ra)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if got := askUDP(a); got != "who?" {
-		t.Fatalf("echo %q", got)
-	}
-	s.mu.Lock()
-	rt := s.routes["u"]
-	s.mu.Unlock()
+	_, rt, found := sessionClient(t, s)
 	u := rt.udp
-	u.mu.Lock()
-	var found *session
-	for _, ss := range u.sessions {
-		found = ss
-	}
-	u.mu.Unlock()
-	found.up.Close() // a's session ends
+	found.up.Close() // the first client's session ends
 	waitFor(t, func() bool { return s.Stats().Routes[0].Sessions == 0 })
 	b, err := net.DialUDP("udp4", nil, ra) // b takes the one slot
 	if err != nil {
@@ -562,4 +516,30 @@ func TestUDPRetryDropCountedOnce(t *testing.T) {
 	if st := s.Stats().Routes[0]; st.DropsSessionLimit != 2 || st.DropsWriteError != 0 {
 		t.Errorf("two datagrams dropped: %d counted at the session limit, %d as write errors; want 2, 0", st.DropsSessionLimit, st.DropsWriteError)
 	}
+}
+
+// sessionClient dials route "u" of s, has a datagram echoed through it,
+// and returns the client, the route and the client's session.
+func sessionClient(t *testing.T, s *Server) (*net.UDPConn, *route, *session) {
+	t.Helper()
+	c, err := net.DialUDP("udp4", nil, s.Addrs("u")[0].(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if got := askUDP(c); got != "who?" {
+		t.Fatalf("echo %q", got)
+	}
+	s.mu.Lock()
+	rt := s.routes["u"]
+	s.mu.Unlock()
+	rt.udp.mu.Lock()
+	defer rt.udp.mu.Unlock()
+	for _, ss := range rt.udp.sessions {
+		if ss.client == c.LocalAddr().(*net.UDPAddr).AddrPort() {
+			return c, rt, ss
+		}
+	}
+	t.Fatal("no session for the client")
+	return nil, nil, nil
 }
