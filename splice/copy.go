@@ -135,5 +135,10 @@ func unwrap(v any) (any, bool) {
 		}
 		v, peeled = w, true
 	}
+	if _, ok := v.(Unwrapper); ok {
+		// Deeper than maxUnwrap (or a cycle): the layers below were
+		// never asked, so none of them may be bypassed.
+		return orig, false
+	}
 	return v, peeled
 }

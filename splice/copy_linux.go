@@ -74,6 +74,7 @@ type job struct {
 	ctlErr error // an error from the inner RawConn (src closed)
 	moved  int   // bytes that left the pipe during one pump callback
 	dfd    uintptr
+	dstRO  bool // EBADF: dst is not open for writing
 	k      kind // result of statFn
 	st     unix.Stat_t
 
@@ -612,7 +613,7 @@ func (j *job) fileCopy(p path) (handled bool, err error) {
 				// next paths find out which end it was, so the
 				// error names that end, as its own Read or Write
 				// would.
-				j.errno == unix.EBADF) {
+				j.errno == unix.EBADF && !j.dstRO) {
 				return false, nil
 			}
 			return true, opError(j.dst, "write", os.NewSyscallError(name, j.errno))
@@ -658,6 +659,10 @@ func (j *job) fileInner(fd uintptr) {
 		}
 		if err == nil {
 			j.n = n
+		}
+		if err == unix.EBADF {
+			fl, ferr := unix.FcntlInt(j.dfd, unix.F_GETFL, 0)
+			j.dstRO = ferr == nil && fl&unix.O_ACCMODE == unix.O_RDONLY
 		}
 		j.errno = err
 		return

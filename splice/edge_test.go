@@ -199,3 +199,53 @@ func TestSrcErrorNamesSrc(t *testing.T) {
 		t.Fatalf("error %v does not name src's read", err)
 	}
 }
+
+// layer is a pass-through Unwrapper over any reader.
+type layer struct{ inner io.Reader }
+
+func (l *layer) Read(p []byte) (int, error) { return l.inner.Read(p) }
+func (l *layer) UnwrapConn() any            { return l.inner }
+
+// A chain deeper than the copy looks is not bypassed: the layer it did not
+// ask may hold bytes.
+func TestDeepUnwrapperChain(t *testing.T) {
+	a, b := tcpPair(t)
+	go func() { b.Write([]byte("-tail-of-stream")); b.Close() }()
+	var src io.Reader = &headerConn{TCPConn: a, buf: []byte("buffered-head")}
+	for range maxUnwrap {
+		src = &layer{src}
+	}
+	r, w := pipePair(t)
+	res := collect(r)
+	n, err := Copy(w, src)
+	w.Close()
+	const want = "buffered-head-tail-of-stream"
+	if got := res(); err != nil || n != int64(len(want)) || string(got) != want {
+		t.Fatalf("Copy = %d, %v; dst got %q, want %q", n, err, got, want)
+	}
+}
+
+// Into a file not open for writing, a copy fails before it takes a byte
+// from its source, as io.Copy does.
+func TestReadOnlyDstLeavesSrc(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the kernel paths are Linux's")
+	}
+	for _, size := range []int{64 << 10, 1 << 20} {
+		name := filepath.Join(t.TempDir(), "ro")
+		if err := os.WriteFile(name, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		dst, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := tempFile(t, payload(size, 1))
+		n, err := Copy(dst, src)
+		dst.Close()
+		off, _ := src.Seek(0, io.SeekCurrent)
+		if n != 0 || err == nil || off != 0 {
+			t.Errorf("%d bytes into a read-only file: Copy = %d, %v; source offset %d, want 0", size, n, err, off)
+		}
+	}
+}
