@@ -172,7 +172,7 @@ func seedBytePoolCases(Scale) []Case {
 		return func(b *testing.B) {
 			s, err := pool.NewSlab(pool.SlabOptions{SlotSize: 10, Slots: 10, PerPCache: perP})
 			if err != nil {
-				b.Fatal(err)
+				fatal(b, err)
 			}
 			b.ReportAllocs()
 			for range b.N {

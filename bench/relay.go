@@ -286,7 +286,7 @@ func viaRelay(b *testing.B, impl, target string) (string, *relayProc) {
 	}
 	p, err := startRelayProc(impl, target)
 	if err != nil {
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	return p.addr, p
 }

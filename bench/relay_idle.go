@@ -39,7 +39,7 @@ func runRelayIdle(b *testing.B, impl string, n int) {
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	defer ln.Close()
 	var accepted atomic.Int64
@@ -69,7 +69,7 @@ func runRelayIdle(b *testing.B, impl string, n int) {
 		b.StopTimer()
 		p, err := startRelayProc(impl, "tcp://"+ln.Addr().String())
 		if err != nil {
-			b.Fatal(err)
+			fatal(b, err)
 		}
 		pid := p.cmd.Process.Pid
 		time.Sleep(100 * time.Millisecond)
@@ -101,7 +101,7 @@ func runRelayIdle(b *testing.B, impl string, n int) {
 		}
 		wg.Wait()
 		if f := failed.Load(); f > 0 {
-			b.Fatalf("%d of %d connections failed", f, n)
+			fatalf(b, "%d of %d connections failed", f, n)
 		}
 		time.Sleep(300 * time.Millisecond) // idle
 		b.StopTimer()

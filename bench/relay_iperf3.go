@@ -47,16 +47,16 @@ func runIperf3(b *testing.B, impl string, reverse bool, size int64) {
 	}
 	port, err := freePort("tcp")
 	if err != nil {
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	srvAddr := fmt.Sprintf("127.0.0.1:%d", port)
 	srv := exec.Command("iperf3", "-s", "-B", "127.0.0.1", "-p", strconv.Itoa(port))
 	if err := srv.Start(); err != nil {
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	defer func() { srv.Process.Kill(); srv.Wait() }()
 	if !waitListen(srvAddr) {
-		b.Fatal("iperf3 server did not start")
+		fatal(b, "iperf3 server did not start")
 	}
 	addr, p := viaRelay(b, impl, "tcp://"+srvAddr)
 	defer p.stop()
@@ -88,7 +88,7 @@ func runIperf3(b *testing.B, impl string, reverse bool, size int64) {
 			// busy running a test"); the run is retried, after a pause,
 			// and counted.
 			if try == 2 {
-				b.Fatal(err)
+				fatal(b, err)
 			}
 			failures++
 			time.Sleep(time.Duration(try+1) * 200 * time.Millisecond)

@@ -36,7 +36,7 @@ func runTCPPingPong(b *testing.B, impl string, size int) {
 	defer pinProcess(0)()
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	defer ln.Close()
 	go serveConns(ln, func(c net.Conn) { io.Copy(c, c) })
@@ -44,17 +44,17 @@ func runTCPPingPong(b *testing.B, impl string, size int) {
 	defer p.stop()
 	c, err := net.Dial("tcp4", addr)
 	if err != nil {
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	defer c.Close()
 	c.SetDeadline(time.Now().Add(time.Minute))
 	msg, buf := make([]byte, size), make([]byte, size)
 	ping := func() {
 		if _, err := c.Write(msg); err != nil {
-			b.Fatal(err)
+			fatal(b, err)
 		}
 		if _, err := io.ReadFull(c, buf); err != nil {
-			b.Fatal(err)
+			fatal(b, err)
 		}
 	}
 	for range 100 {

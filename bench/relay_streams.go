@@ -33,7 +33,7 @@ func relayStreamsCases(sc Scale) []Case {
 func runRelayStreams(b *testing.B, impl string, n, size int) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	defer ln.Close()
 	go serveConns(ln, func(c net.Conn) {
@@ -42,7 +42,7 @@ func runRelayStreams(b *testing.B, impl string, n, size int) {
 	})
 	p, err := startRelayProc(impl, "tcp://"+ln.Addr().String())
 	if err != nil {
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	defer p.stop()
 	data := make([][]byte, n)
@@ -83,7 +83,7 @@ func runRelayStreams(b *testing.B, impl string, n, size int) {
 		wg.Wait()
 		close(errs)
 		for err := range errs {
-			b.Fatal(err)
+			fatal(b, err)
 		}
 	}
 }

@@ -52,7 +52,7 @@ func udpPeer(b *testing.B, impl string, echo bool, count *atomic.Int64, wake cha
 	}
 	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	setSockBuf(b, srv, relayUDPBuf)
 	if echo {
@@ -75,7 +75,7 @@ func udpPeer(b *testing.B, impl string, echo bool, count *atomic.Int64, wake cha
 	p, err := startRelayProc(impl, "udp://"+srv.LocalAddr().String())
 	if err != nil {
 		srv.Close()
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	return p.addr, func() { p.stop(); srv.Close() }
 }
@@ -89,11 +89,11 @@ const relayUDPBuf = 4 << 20
 func dialUDP(b *testing.B, addr string) *net.UDPConn {
 	ra, err := net.ResolveUDPAddr("udp4", addr)
 	if err != nil {
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	c, err := net.DialUDP("udp4", nil, ra)
 	if err != nil {
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	setSockBuf(b, c, relayUDPBuf)
 	return c
@@ -200,7 +200,7 @@ func runUDPFlood(b *testing.B, impl string, size int, gso bool) {
 	c, err := udp.NewConn(nc, &udp.Options{DisableGSO: !gso, DisableGRO: true})
 	if err != nil {
 		nc.Close()
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	defer c.Close()
 	msgs := floodMessages(size, netip.AddrPort{})
@@ -219,13 +219,13 @@ func runUDPFlood(b *testing.B, impl string, size int, gso bool) {
 func runUDPFloodDown(b *testing.B, impl string, size int) {
 	sc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	setSockBuf(b, sc, relayUDPBuf)
 	src, err := udp.NewConn(sc, &udp.Options{DisableGSO: true, DisableGRO: true})
 	if err != nil {
 		sc.Close()
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	defer src.Close()
 	addr, p := viaRelay(b, impl, "udp://"+sc.LocalAddr().String())
@@ -234,7 +234,7 @@ func runUDPFloodDown(b *testing.B, impl string, size int) {
 	client, err := udp.NewConn(nc, nil)
 	if err != nil {
 		nc.Close()
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	defer client.Close()
 	// Open the session; the target learns where to send (the relay's
@@ -249,7 +249,7 @@ func runUDPFloodDown(b *testing.B, impl string, size int) {
 		}
 	}
 	if !peer.IsValid() {
-		b.Fatal("no datagram reached the target")
+		fatal(b, "no datagram reached the target")
 	}
 	var got atomic.Int64
 	wake := make(chan struct{}, 1)
@@ -285,7 +285,7 @@ func flood(b *testing.B, c *udp.Conn, msgs []udp.Message, got *atomic.Int64, wak
 		if room := min(floodWindow-(written-g), int64(b.N)-sent, floodBatch); room > 0 {
 			n, err := c.WriteAll(msgs[:room])
 			if err != nil && n == 0 {
-				b.Fatal(err)
+				fatal(b, err)
 			}
 			sent += int64(n)
 			written += int64(n)

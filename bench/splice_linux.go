@@ -75,14 +75,14 @@ func spliceChild(mode string, f *os.File, total int64) int {
 func startPeer(b *testing.B, mode string, f *os.File, total int64) *exec.Cmd {
 	exe, err := os.Executable()
 	if err != nil {
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), spliceChildEnv+"="+mode, spliceBytesEnv+"="+strconv.FormatInt(total, 10))
 	cmd.ExtraFiles = []*os.File{f}
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	f.Close() // the child has its copy
 	return cmd
@@ -94,33 +94,33 @@ func streamPair(b *testing.B, network string) (net.Conn, *os.File) {
 	if network == "unix" {
 		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			b.Fatal(err)
+			fatal(b, err)
 		}
 		ours := os.NewFile(uintptr(fds[0]), "unix")
 		c, err := net.FileConn(ours)
 		ours.Close()
 		if err != nil {
-			b.Fatal(err)
+			fatal(b, err)
 		}
 		return c, os.NewFile(uintptr(fds[1]), "unix-peer")
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	defer ln.Close()
 	peer, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	c, err := ln.Accept()
 	if err != nil {
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	f, err := peer.(*net.TCPConn).File()
 	peer.Close()
 	if err != nil {
-		b.Fatal(err)
+		fatal(b, err)
 	}
 	return c, f
 }
@@ -192,11 +192,11 @@ func benchSplice(b *testing.B, srcKind, dstKind string, size int64, copyFn func(
 	case "file":
 		name := filepath.Join(benchDir(b), "src")
 		if err := os.WriteFile(name, make([]byte, size), 0o600); err != nil {
-			b.Fatal(err)
+			fatal(b, err)
 		}
 		f, err := os.Open(name)
 		if err != nil {
-			b.Fatal(err)
+			fatal(b, err)
 		}
 		defer f.Close()
 		src, rewind = f, f
@@ -210,7 +210,7 @@ func benchSplice(b *testing.B, srcKind, dstKind string, size int64, copyFn func(
 	case "file":
 		f, err := os.Create(filepath.Join(benchDir(b), "dst"))
 		if err != nil {
-			b.Fatal(err)
+			fatal(b, err)
 		}
 		defer f.Close()
 		dst, rewind = f, f
@@ -227,11 +227,11 @@ func benchSplice(b *testing.B, srcKind, dstKind string, size int64, copyFn func(
 	for range b.N {
 		if rewind != nil {
 			if _, err := rewind.Seek(0, io.SeekStart); err != nil {
-				b.Fatal(err)
+				fatal(b, err)
 			}
 		}
 		if n, err := copyFn(dst, src, size, buf); err != nil || n != size {
-			b.Fatalf("copy = %d, %v; want %d", n, err, size)
+			fatalf(b, "copy = %d, %v; want %d", n, err, size)
 		}
 	}
 	b.StopTimer()
@@ -240,7 +240,7 @@ func benchSplice(b *testing.B, srcKind, dstKind string, size int64, copyFn func(
 	}
 	for _, p := range peers {
 		if err := p.Wait(); err != nil {
-			b.Fatalf("peer: %v", err)
+			fatalf(b, "peer: %v", err)
 		}
 	}
 }

@@ -135,5 +135,5 @@ func runSuite(b *testing.B, name string) {
 		}
 		return
 	}
-	b.Fatalf("no suite %q", name)
+	fatalf(b, "no suite %q", name)
 }

@@ -52,7 +52,7 @@ func listenUDP4(tb testing.TB) *net.UDPConn {
 	tb.Helper()
 	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
-		tb.Fatal(err)
+		fatal(tb, err)
 	}
 	setSockBuf(tb, c, udpSockBuf)
 	return c
@@ -163,18 +163,18 @@ func openWGGo(tb testing.TB, size, batch int) udpPair {
 	txb, rxb := wgconn.NewStdNetBind(), wgconn.NewStdNetBind()
 	_, txPort, err := txb.Open(0)
 	if err != nil {
-		tb.Fatal(err)
+		fatal(tb, err)
 	}
 	fns, port, err := rxb.Open(0)
 	if err != nil {
 		txb.Close()
-		tb.Fatal(err)
+		fatal(tb, err)
 	}
 	setSockBufOnPort(tb, txPort, udpSockBuf)
 	setSockBufOnPort(tb, port, udpSockBuf)
 	ep, err := txb.ParseEndpoint(fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
-		tb.Fatal(err)
+		fatal(tb, err)
 	}
 	const bs = wgconn.IdealBatchSize
 	// Send buffers carry spare capacity: StdNetBind coalesces a GSO run by
@@ -227,11 +227,11 @@ func openZeroio(tb testing.TB, size, batch int, opts *udp.Options) udpPair {
 	o.ReadBuffer, o.WriteBuffer = udpSockBuf, udpSockBuf
 	tx, err := udp.Listen("udp4", "127.0.0.1:0", &o)
 	if err != nil {
-		tb.Fatal(err)
+		fatal(tb, err)
 	}
 	rx, err := udp.Listen("udp4", "127.0.0.1:0", &o)
 	if err != nil {
-		tb.Fatal(err)
+		fatal(tb, err)
 	}
 	dst := rx.AddrPort()
 	out := make([]udp.Message, batch)
@@ -283,12 +283,12 @@ func udpCases(sc Scale) []Case {
 				defer watchdog.Stop()
 				for b.Loop() {
 					if err := p.send(n); err != nil {
-						b.Fatal(err)
+						fatal(b, err)
 					}
 					for got := 0; got < n; {
 						k, err := p.recv(n - got)
 						if err != nil {
-							b.Fatalf("received %d of %d: %v", got, n, err)
+							fatalf(b, "received %d of %d: %v", got, n, err)
 						}
 						got += k
 					}
@@ -376,7 +376,7 @@ func udpThroughputCases(Scale) []Case {
 			if err := <-sendErr; err != nil {
 				p.unblock()
 				<-recvDone
-				b.Fatal(err)
+				fatal(b, err)
 			}
 			var rerr error
 		wait:
@@ -396,7 +396,7 @@ func udpThroughputCases(Scale) []Case {
 			}
 			b.StopTimer()
 			if rerr != nil && !isStopErr(rerr) {
-				b.Fatal(rerr)
+				fatal(b, rerr)
 			}
 			delivered := got.Load()
 			elapsed := time.Duration(last.Load() - start.UnixNano())

@@ -14,7 +14,7 @@ import (
 func setSockBuf(tb testing.TB, c *net.UDPConn, n int) {
 	rc, err := c.SyscallConn()
 	if err != nil {
-		tb.Fatal(err)
+		fatal(tb, err)
 	}
 	rc.Control(func(fd uintptr) {
 		if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n) != nil {

@@ -54,14 +54,13 @@ type benchOptions struct {
 	benchtime time.Duration
 }
 
-func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
+func parseBenchFlags(args []string, stdout io.Writer) (benchOptions, error) {
 	o := benchOptions{}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, benchUsage)
-		fs.PrintDefaults()
-	}
+	// The caller prints parse errors on one line; --help goes to stdout,
+	// as zeroio relay --help does.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	suites := fs.String("suite", strings.Join(bench.Groups, ","), "comma-separated suites to run: "+strings.Join(bench.Groups, ", "))
 	fs.IntVar(&o.count, "count", 6, "rounds: samples per benchmark (medians need at least 6)")
 	fs.BoolVar(&o.quick, "quick", false, "smoke run under a minute: fewer cases, 2 rounds, short runs (for CI)")
@@ -70,10 +69,19 @@ func parseBenchFlags(args []string, stderr io.Writer) (benchOptions, error) {
 	fs.BoolVar(&o.json, "json", false, "print results.json to stdout instead of the table")
 	fs.DurationVar(&o.benchtime, "benchtime", 0, "target time per sample (default 60ms; 10ms with --quick, 100ms with --full)")
 	if err := fs.Parse(args); err != nil {
-		return o, err
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, benchUsage)
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return o, err
+		}
+		return o, fmt.Errorf("%v (see zeroio bench --help)", err)
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.benchtime < 0 {
+		return o, fmt.Errorf("--benchtime must be positive, got %v", o.benchtime)
 	}
 	for _, s := range strings.Split(*suites, ",") {
 		s = strings.TrimSpace(s)
@@ -132,12 +140,18 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 }
 
 func runBench(args []string, stdout, stderr io.Writer) int {
-	o, err := parseBenchFlags(args, stderr)
+	o, err := parseBenchFlags(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "zeroio bench: %v\n", err)
+		return 2
+	}
+	// Find out now, not after minutes of measuring, that the report
+	// cannot be written.
+	if err := checkOutDir(o.out); err != nil {
+		fmt.Fprintf(stderr, "zeroio bench: --out %s: %v\n", o.out, err)
 		return 2
 	}
 	rep, err := runSuites(o, stderr)
@@ -146,7 +160,9 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if err := rep.write(o.out); err != nil {
+		// The results still reach stdout.
 		fmt.Fprintf(stderr, "zeroio bench: %v\n", err)
+		rep.writeTable(stdout)
 		return 1
 	}
 	if o.json {
@@ -253,11 +269,28 @@ func contains(xs []string, x string) bool {
 
 // run takes one sample of the case.
 func (c *caseResult) run() {
-	r := testing.Benchmark(c.f)
+	var why string
+	r := testing.Benchmark(func(b *testing.B) {
+		defer func() {
+			// testing.Benchmark discards what b logs; the cases keep
+			// the message of their own checks for us.
+			switch {
+			case b.Failed():
+				why = bench.Failure(b)
+				if why == "" {
+					why = "failed"
+				}
+			case b.Skipped():
+				why = "skipped"
+			}
+		}()
+		c.f(b)
+	})
 	if r.N == 0 {
-		// testing.Benchmark reports a failed or skipped benchmark as an
-		// empty result; its message went to stdout.
-		c.Failed = "failed or skipped (no iterations ran)"
+		if why == "" {
+			why = "no iterations ran"
+		}
+		c.Failed = why
 		return
 	}
 	s := sample{
@@ -355,4 +388,18 @@ func (r *report) write(dir string) error {
 		}
 	}
 	return nil
+}
+
+// checkOutDir makes dir if need be and checks that files can be created
+// in it.
+func checkOutDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".probe")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }

@@ -22,6 +22,9 @@ func TestBenchFlags(t *testing.T) {
 		{"--count", "0"},
 		{"--suite", ""},
 		{"extra"},
+		{"--bogus"},
+		{"--benchtime", "-1s"},
+		{"--out", "/dev/null/x", "--suite", "pool"},
 	} {
 		var stderr bytes.Buffer
 		if code := run(append([]string{"bench"}, args...), &bytes.Buffer{}, &stderr); code != 2 {
@@ -31,9 +34,9 @@ func TestBenchFlags(t *testing.T) {
 			t.Errorf("bench %v: want a one-line error, got:\n%s", args, stderr.String())
 		}
 	}
-	var out bytes.Buffer
-	if code := run([]string{"bench", "--help"}, &out, &out); code != 0 || !strings.Contains(out.String(), "--quick") {
-		t.Errorf("bench --help: exit %d\n%s", code, out.String())
+	var out, errOut bytes.Buffer
+	if code := run([]string{"bench", "--help"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "--quick") || errOut.Len() != 0 {
+		t.Errorf("bench --help: exit %d, stdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
 }
 
