@@ -480,6 +480,45 @@ func TestStartErrors(t *testing.T) {
 	s.Close()
 }
 
+// TestStartAgain: after a Start that failed on an address in use, a
+// second Start serves every route, and Shutdown then returns (the routes
+// the failed Start had opened and closed are opened anew, not left
+// half-stopped).
+func TestStartAgain(t *testing.T) {
+	leakCheck(t)
+	busy, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := startBackend(t, "tcp4", echo)
+	s, err := New(Config{Routes: []Route{
+		{Name: "a", Listen: Addr{Network: "tcp", Address: "127.0.0.1:0"}, Target: b.addr},
+		{Name: "b", Listen: Addr{Network: "tcp", Address: busy.Addr().String()}, Target: b.addr},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err == nil {
+		t.Fatal("Start on a port in use succeeded")
+	}
+	busy.Close()
+	if err := s.Start(); err != nil {
+		t.Fatalf("Start after the port was freed: %v", err)
+	}
+	for _, r := range []string{"a", "b"} {
+		c := dialRoute(t, s, r)
+		if err := ping(c); err != nil {
+			t.Errorf("route %s: %v", r, err)
+		}
+		c.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.Shutdown(ctx); err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+}
+
 func TestDialFailure(t *testing.T) {
 	leakCheck(t)
 	ln, _ := net.Listen("tcp4", "127.0.0.1:0")

@@ -51,7 +51,7 @@ func New(cfg Config) (*Server, error) {
 // Start binds every route's listeners and starts serving them in the
 // background: one goroutine per listener, plus one per relayed connection
 // or UDP session. If any bind fails (an address in use), Start closes what
-// it opened and returns the error.
+// it opened and returns the error; it may be called again.
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -65,8 +65,12 @@ func (s *Server) Start() error {
 	for _, name := range s.sortedNames() {
 		rt := s.routes[name]
 		if err := rt.open(); err != nil {
+			// Close what was opened, and put fresh routes in their
+			// place, so that a later Start (after the address is
+			// freed) opens them anew.
 			for _, o := range opened {
 				o.stop()
+				s.routes[o.name] = newRoute(s, *o.cfg.Load(), o.load)
 			}
 			return err
 		}
