@@ -39,7 +39,7 @@ func (c *Conn) ReadBatch(msgs []Message) (int, error) {
 	var n, oobn, flags int
 	var addr netip.AddrPort
 	var err error
-	if noMsg && m.OOB == nil {
+	if noMsg && len(m.OOB) == 0 {
 		n, addr, err = c.UDPConn.ReadFromUDPAddrPort(m.Buf)
 	} else {
 		n, oobn, flags, addr, err = c.UDPConn.ReadMsgUDPAddrPort(m.Buf, m.OOB)
