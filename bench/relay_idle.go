@@ -34,7 +34,7 @@ func relayIdleCases(sc Scale) []Case {
 func runRelayIdle(b *testing.B, impl string, n int) {
 	if impl == "haproxy" {
 		if why := needTools(impl); why != "" {
-			b.Skip(why)
+			skip(b, why)
 		}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

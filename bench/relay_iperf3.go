@@ -42,7 +42,7 @@ func relayIperf3Cases(sc Scale) []Case {
 func runIperf3(b *testing.B, impl string, reverse bool, size int64) {
 	if impl == "haproxy" || impl == "socat" {
 		if why := needTools(impl); why != "" {
-			b.Skip(why)
+			skip(b, why)
 		}
 	}
 	port, err := freePort("tcp")

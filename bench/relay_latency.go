@@ -30,7 +30,7 @@ func relayLatencyCases(Scale) []Case {
 func runTCPPingPong(b *testing.B, impl string, size int) {
 	if impl == "haproxy" || impl == "socat" {
 		if why := needTools(impl); why != "" {
-			b.Skip(why)
+			skip(b, why)
 		}
 	}
 	defer pinProcess(0)()

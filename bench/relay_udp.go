@@ -47,7 +47,7 @@ func relayUDPCases(Scale) []Case {
 func udpPeer(b *testing.B, impl string, echo bool, count *atomic.Int64, wake chan struct{}) (string, func()) {
 	if impl == "socat" {
 		if why := needTools("socat"); why != "" {
-			b.Skip(why)
+			skip(b, why)
 		}
 	}
 	srv, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})

@@ -127,7 +127,7 @@ func runSuite(b *testing.B, name string) {
 		}
 		if s.Available != nil {
 			if why := s.Available(); why != "" {
-				b.Skip(why)
+				skip(b, why)
 			}
 		}
 		for _, c := range s.Cases(Full) {

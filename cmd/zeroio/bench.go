@@ -270,27 +270,35 @@ func contains(xs []string, x string) bool {
 // run takes one sample of the case.
 func (c *caseResult) run() {
 	var why string
+	skipped := false
 	r := testing.Benchmark(func(b *testing.B) {
 		defer func() {
 			// testing.Benchmark discards what b logs; the cases keep
 			// the message of their own checks for us.
 			switch {
 			case b.Failed():
-				why = bench.Failure(b)
+				why = bench.Reason(b)
 				if why == "" {
 					why = "failed"
 				}
 			case b.Skipped():
-				why = "skipped"
+				skipped, why = true, bench.Reason(b)
 			}
 		}()
 		c.f(b)
 	})
 	if r.N == 0 {
-		if why == "" {
-			why = "no iterations ran"
+		switch {
+		case skipped:
+			c.Skipped = why
+			if why == "" {
+				c.Skipped = "skipped"
+			}
+		case why == "":
+			c.Failed = "no iterations ran"
+		default:
+			c.Failed = why
 		}
-		c.Failed = why
 		return
 	}
 	s := sample{

@@ -206,3 +206,16 @@ func lineWith(section, config string) string {
 	}
 	return ""
 }
+
+// A case that skips is reported as skipped, not failed, and one that fails
+// keeps its reason.
+func TestBenchCaseSkipAndFail(t *testing.T) {
+	s := &caseResult{Name: "impl=y", f: func(b *testing.B) { b.Skip("socat not on PATH") }}
+	s.run()
+	f := &caseResult{Name: "impl=x", f: func(b *testing.B) { b.FailNow() }}
+	f.run()
+	rep := &report{Suites: []*suiteResult{{Name: "X", Cases: []*caseResult{s, f}}}}
+	if s.Failed != "" || s.Skipped == "" || f.Failed == "" || rep.failures() != 1 {
+		t.Errorf("skipped case: Failed %q, Skipped %q; failed case: Failed %q; failures %d, want 1", s.Failed, s.Skipped, f.Failed, rep.failures())
+	}
+}

@@ -74,6 +74,7 @@ type caseResult struct {
 	Impl    string             `json:"impl"`
 	Config  string             `json:"config"`
 	Failed  string             `json:"failed,omitempty"`
+	Skipped string             `json:"skipped,omitempty"` // why a case did not run: not a failure
 	Samples []sample           `json:"samples"`
 	Medians map[string]float64 `json:"medians"`
 	f       func(*testing.B)
@@ -335,6 +336,8 @@ func (r *report) writeTable(w io.Writer) {
 		for _, c := range s.Cases {
 			if c.Failed != "" {
 				fmt.Fprintf(w, "  FAILED %s: %s\n", c.Name, c.Failed)
+			} else if c.Skipped != "" && len(c.Samples) == 0 {
+				fmt.Fprintf(w, "  skipped %s: %s\n", c.Name, c.Skipped)
 			}
 		}
 	}
