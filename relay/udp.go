@@ -83,7 +83,11 @@ func (u *udpRoute) update(cur, r *Route, res *resolved) error {
 	}
 	if r.UDPBuffer != cur.UDPBuffer {
 		for _, ln := range u.lns {
-			if err := setBuffers(ln, r.UDPBuffer); err != nil {
+			err := ln.SetReadBuffer(r.UDPBuffer)
+			if err == nil {
+				err = ln.SetWriteBuffer(r.UDPBuffer)
+			}
+			if err != nil {
 				u.rt.srv.log.Warn("UDP buffer size unchanged", "route", u.rt.name, "err", err)
 			}
 		}

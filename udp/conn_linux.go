@@ -33,6 +33,39 @@ func (c *Conn) setup() error {
 	return err
 }
 
+// setBuffer sets a socket buffer's size with the FORCE option, which a
+// privileged process may use past net.core.rmem_max and wmem_max, and
+// falls back to the plain one, which the kernel caps there.
+func setBuffer(fd, force, plain, n int) error {
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, n) == nil {
+		return nil
+	}
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, plain, n)
+}
+
+// SetReadBuffer sets the socket's receive buffer size as
+// [Options].ReadBuffer does: past net.core.rmem_max where the process may.
+func (c *Conn) SetReadBuffer(n int) error {
+	return c.setBufferOpt(unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, n)
+}
+
+// SetWriteBuffer sets the socket's send buffer size as
+// [Options].WriteBuffer does: past net.core.wmem_max where the process may.
+func (c *Conn) SetWriteBuffer(n int) error {
+	return c.setBufferOpt(unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, n)
+}
+
+func (c *Conn) setBufferOpt(force, plain, n int) error {
+	var err error
+	if cerr := c.rc.Control(func(fd uintptr) { err = setBuffer(int(fd), force, plain, n) }); cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		return c.opError("setsockopt", err)
+	}
+	return nil
+}
+
 func (c *Conn) setupFD(fd int) error {
 	family, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
 	if err != nil {
@@ -40,17 +73,13 @@ func (c *Conn) setupFD(fd int) error {
 	}
 	c.sys.family = family
 	if n := c.opts.ReadBuffer; n > 0 {
-		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n) != nil {
-			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, n); err != nil {
-				return err
-			}
+		if err := setBuffer(fd, unix.SO_RCVBUFFORCE, unix.SO_RCVBUF, n); err != nil {
+			return err
 		}
 	}
 	if n := c.opts.WriteBuffer; n > 0 {
-		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, n) != nil {
-			if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, n); err != nil {
-				return err
-			}
+		if err := setBuffer(fd, unix.SO_SNDBUFFORCE, unix.SO_SNDBUF, n); err != nil {
+			return err
 		}
 	}
 	// GSO is probed by reading UDP_SEGMENT (ENOPROTOOPT before Linux 4.18),

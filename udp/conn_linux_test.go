@@ -884,3 +884,37 @@ func TestReadMsgUDPControlSpace(t *testing.T) {
 		}
 	}
 }
+
+// TestSetBuffers: Conn's SetReadBuffer and SetWriteBuffer size an open
+// socket as Options do, past net.core.rmem_max and wmem_max where the
+// process is privileged.
+func TestSetBuffers(t *testing.T) {
+	c, err := Listen("udp4", "127.0.0.1:0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const n = 16 << 20
+	if err := c.SetReadBuffer(n); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetWriteBuffer(n); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rcv, snd int
+	rc.Control(func(fd uintptr) {
+		rcv, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+		snd, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
+	})
+	if unix.Geteuid() == 0 && (rcv < n || snd < n) { // the kernel doubles what it is given
+		t.Errorf("as root: SO_RCVBUF %d, SO_SNDBUF %d after asking for %d", rcv, snd, n)
+	}
+	c.Close()
+	if err := c.SetReadBuffer(n); err == nil {
+		t.Error("SetReadBuffer on a closed Conn: no error")
+	}
+}
