@@ -178,11 +178,15 @@ func (s *Server) Update(cfg Config) error {
 // accepts, the ends of relays and Stats on every route meanwhile. A route
 // whose target is unchanged keeps the address it resolved before.
 func (s *Server) resolveUDPTargets(cfg Config) map[string]*resolved {
-	cur := map[string]*resolved{}
+	type known struct {
+		target Addr
+		tg     *udpTarget
+	}
+	cur := map[string]known{}
 	s.mu.Lock()
 	for name, rt := range s.routes {
 		if rt.udp != nil {
-			cur[name+"\x00"+rt.cfg.Load().Target.String()] = &resolved{tg: rt.udp.target.Load()}
+			cur[name] = known{rt.cfg.Load().Target, rt.udp.target.Load()}
 		}
 	}
 	s.mu.Unlock()
@@ -192,8 +196,8 @@ func (s *Server) resolveUDPTargets(cfg Config) map[string]*resolved {
 		if !r.Target.Datagram() {
 			continue
 		}
-		if res := cur[r.Name+"\x00"+r.Target.String()]; res != nil {
-			out[r.Name] = res
+		if k, ok := cur[r.Name]; ok && k.target == r.Target {
+			out[r.Name] = &resolved{tg: k.tg}
 			continue
 		}
 		tg, err := resolveTarget(r)

@@ -156,10 +156,7 @@ func (p *pair) run() {
 		h, err := proxyproto.ReadHeader(p.client)
 		p.client.SetReadDeadline(time.Time{})
 		if err != nil {
-			p.mu.Lock()
-			aborted := p.aborted
-			p.mu.Unlock()
-			if aborted { // Close or the shutdown deadline closed the client
+			if p.isAborted() { // Close or the shutdown deadline closed the client
 				p.client.Close()
 				return
 			}
@@ -315,6 +312,13 @@ func (p *pair) abort(why error) {
 	if t != nil {
 		t.Close()
 	}
+}
+
+// isAborted reports whether abort has run.
+func (p *pair) isAborted() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.aborted
 }
 
 // checkIdle runs on the idle timer: it aborts the pair if nothing moved for

@@ -277,88 +277,93 @@ func (u *udpRoute) forward(r *Route, s *session, msgs []udp.Message) {
 // there is room and the access lists admit the client. nil means the n
 // datagrams it was looked up for are dropped; session counts them.
 func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n uint64) *session {
-	st := &u.rt.st
-	u.mu.Lock()
 	key := sessionKey{m.Addr, m.Local}
-	s := u.sessions[key]
+	u.mu.Lock()
+	s, drop := u.lookup(key, r, now)
+	u.mu.Unlock()
 	if s != nil {
-		// Under u.mu, where the session decides it has expired: found
-		// here, it is not expiring.
-		s.touch(now)
-		u.mu.Unlock()
 		return s
 	}
-	if u.closed {
-		u.mu.Unlock()
-		st.udpDropWrite.Add(n)
+	if drop != nil {
+		drop.Add(n)
 		return nil
 	}
-	if len(u.sessions) >= r.MaxSessions {
-		u.mu.Unlock()
-		st.udpDropLimit.Add(n)
-		return nil
-	}
-	u.mu.Unlock()
+	st := &u.rt.st
 	if !allowed(r.Allow, r.Deny, m.Addr.Addr()) {
 		st.denied.Add(n)
 		return nil
 	}
-	tg := u.target.Load()
-	uc, err := net.DialUDP(tg.network, nil, net.UDPAddrFromAddrPort(tg.addr))
+	up, rc, err := openUpstream(u.target.Load(), r.UDPBuffer)
 	if err != nil {
 		st.udpDropWrite.Add(n)
 		st.errDial.Add(1)
 		u.rt.srv.log.Warn("UDP upstream socket failed", "route", u.rt.name, "client", m.Addr, "err", err)
 		return nil
 	}
-	// GRO off: replies are read only after the socket polls readable, and
-	// GRO leftovers kept inside the Conn would not make it readable.
-	// The same buffers as the listening socket: a burst of replies
-	// waits for the session instead of being dropped.
-	up, err := udp.NewConn(uc, &udp.Options{DisableGRO: true, ReadBuffer: r.UDPBuffer, WriteBuffer: r.UDPBuffer})
-	if err != nil {
-		uc.Close()
-		st.udpDropWrite.Add(n)
-		st.errDial.Add(1)
-		return nil
-	}
-	rc, err := uc.SyscallConn()
-	if err != nil {
-		up.Close()
-		st.udpDropWrite.Add(n)
-		st.errDial.Add(1)
-		return nil
-	}
-	s = &session{u: u, ln: ln, client: m.Addr, local: m.Local, ifidx: m.IfIndex, up: up, rc: rc}
-	s.last.Store(time.Now().UnixNano())
-	u.mu.Lock()
-	// Checked again: with several workers another reader may have taken
+	// Looked up again: with several workers another reader may have taken
 	// the last slot, or opened this very session, while we dialled.
-	if other := u.sessions[key]; other != nil {
-		other.touch(now)
-		u.mu.Unlock()
+	u.mu.Lock()
+	other, drop := u.lookup(key, r, now)
+	if other == nil && drop == nil {
+		s = &session{u: u, ln: ln, client: m.Addr, local: m.Local, ifidx: m.IfIndex, up: up, rc: rc}
+		s.last.Store(now)
+		u.sessions[key] = s
+	}
+	u.mu.Unlock()
+	if s == nil {
 		up.Close()
+		if drop != nil {
+			drop.Add(n)
+		}
 		return other
 	}
-	if u.closed || len(u.sessions) >= r.MaxSessions {
-		closed := u.closed
-		u.mu.Unlock()
-		up.Close()
-		if closed {
-			st.udpDropWrite.Add(n)
-		} else {
-			st.udpDropLimit.Add(n)
-		}
-		return nil
-	}
-	u.sessions[key] = s
-	u.mu.Unlock()
 	st.udpSessions.Add(1)
 	st.udpSessionsTotal.Add(1)
 	u.rt.srv.log.Debug("UDP session", "route", u.rt.name, "client", m.Addr)
 	u.rt.srv.serveWG.Add(1)
 	go s.run(r.SessionTimeout)
 	return s
+}
+
+// lookup, with u.mu held, returns the session for key, marked used at now
+// (under u.mu, where a session decides it has expired: found here, it is
+// not expiring); or, when no new session may open, the counter its
+// datagrams are dropped under.
+func (u *udpRoute) lookup(key sessionKey, r *Route, now int64) (*session, *atomic.Uint64) {
+	if s := u.sessions[key]; s != nil {
+		s.touch(now)
+		return s, nil
+	}
+	switch {
+	case u.closed:
+		return nil, &u.rt.st.udpDropWrite
+	case len(u.sessions) >= r.MaxSessions:
+		return nil, &u.rt.st.udpDropLimit
+	}
+	return nil, nil
+}
+
+// openUpstream opens a session's socket, connected to tg.
+func openUpstream(tg *udpTarget, buf int) (*udp.Conn, syscall.RawConn, error) {
+	uc, err := net.DialUDP(tg.network, nil, net.UDPAddrFromAddrPort(tg.addr))
+	if err != nil {
+		return nil, nil, err
+	}
+	// GRO off: replies are read only after the socket polls readable, and
+	// GRO leftovers kept inside the Conn would not make it readable.
+	// The same buffers as the listening socket: a burst of replies
+	// waits for the session instead of being dropped.
+	up, err := udp.NewConn(uc, &udp.Options{DisableGRO: true, ReadBuffer: buf, WriteBuffer: buf})
+	if err != nil {
+		uc.Close()
+		return nil, nil, err
+	}
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		up.Close()
+		return nil, nil, err
+	}
+	return up, rc, nil
 }
 
 // batch is a reply batch's messages and buffer, taken from the pools only
