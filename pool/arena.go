@@ -306,18 +306,11 @@ func (a *Arena) reuse(old *shard, sz int) *shard {
 	}
 	gen := gcGen.Load()
 	for i := 0; i < a.retries && a.spareLen > 0; i++ {
-		t := a.spare[a.spareHead]
-		a.spare[a.spareHead] = nil
-		a.spareHead = (a.spareHead + 1) % len(a.spare)
-		a.spareLen--
+		t := a.pop()
 		if t.fits(sz) {
 			return t
 		}
-		if gen-t.retired < 2 {
-			a.push(t) // keep it, at the back
-		}
-		// else: no taker for two collections; let the GC have it once its
-		// last buffer is released.
+		a.keepFresh(t, gen)
 	}
 	return nil
 }
@@ -329,6 +322,25 @@ func (a *Arena) retire(s *shard) {
 	}
 	s.retired = gcGen.Load()
 	a.push(s)
+}
+
+// pop takes the oldest retired shard off the queue; a.spareMu is held and
+// the queue is not empty.
+func (a *Arena) pop() *shard {
+	t := a.spare[a.spareHead]
+	a.spare[a.spareHead] = nil
+	a.spareHead = (a.spareHead + 1) % len(a.spare)
+	a.spareLen--
+	return t
+}
+
+// keepFresh queues t again, at the back, unless it has found no taker for
+// two collections: then the garbage collector has it once its last buffer
+// is released. a.spareMu is held.
+func (a *Arena) keepFresh(t *shard, gen uint32) {
+	if gen-t.retired < 2 {
+		a.push(t)
+	}
 }
 
 func (a *Arena) push(s *shard) {
@@ -426,15 +438,8 @@ func (a *Arena) pruneSpare() bool {
 	a.spareMu.Lock()
 	defer a.spareMu.Unlock()
 	gen := gcGen.Load()
-	n := a.spareLen
-	for range n {
-		t := a.spare[a.spareHead]
-		a.spare[a.spareHead] = nil
-		a.spareHead = (a.spareHead + 1) % len(a.spare)
-		a.spareLen--
-		if gen-t.retired < 2 {
-			a.push(t)
-		}
+	for range a.spareLen {
+		a.keepFresh(a.pop(), gen)
 	}
 	if a.spareLen == 0 {
 		a.watching = false
