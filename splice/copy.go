@@ -79,10 +79,7 @@ func (c *Copier) Copy(dst io.Writer, src io.Reader) (written int64, err error) {
 		return 0, nil
 	}
 	// A nil *os.File end fails at once, as its own methods do.
-	if f, ok := dst.(*os.File); ok && f == nil {
-		return 0, os.ErrInvalid
-	}
-	if f, ok := src.(*os.File); ok && f == nil {
+	if nilFile(dst) || nilFile(src) {
 		return 0, os.ErrInvalid
 	}
 	// Unwrap io.LimitedReader as io.Copy's fast paths do, keeping its N
@@ -97,6 +94,11 @@ func (c *Copier) Copy(dst io.Writer, src io.Reader) (written int64, err error) {
 		return written, err
 	}
 	return c.copy(dst, src, remain)
+}
+
+func nilFile(v any) bool {
+	f, ok := v.(*os.File)
+	return ok && f == nil
 }
 
 // maxUnwrap bounds how many [Unwrapper] layers are peeled off one end, so

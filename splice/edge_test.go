@@ -80,9 +80,17 @@ func (m *meterConn) UnwrapConn() any            { return m.inner }
 // An inner layer that refuses to unwrap keeps every layer above it from
 // being bypassed: its buffered bytes come first.
 func TestNestedUnwrapperHoldingBytes(t *testing.T) {
+	copyBufferedHead(t, func(h *headerConn) io.Reader { return &meterConn{h} })
+}
+
+// copyBufferedHead copies into a pipe from wrap's layers over a headerConn
+// that holds "buffered-head" while its peer sends "-tail-of-stream", and
+// checks that every byte arrives, in order.
+func copyBufferedHead(t *testing.T, wrap func(*headerConn) io.Reader) {
+	t.Helper()
 	a, b := tcpPair(t)
 	go func() { b.Write([]byte("-tail-of-stream")); b.Close() }()
-	src := &meterConn{&headerConn{TCPConn: a, buf: []byte("buffered-head")}}
+	src := wrap(&headerConn{TCPConn: a, buf: []byte("buffered-head")})
 	r, w := pipePair(t)
 	res := collect(r)
 	n, err := Copy(w, src)
@@ -209,20 +217,13 @@ func (l *layer) UnwrapConn() any            { return l.inner }
 // A chain deeper than the copy looks is not bypassed: the layer it did not
 // ask may hold bytes.
 func TestDeepUnwrapperChain(t *testing.T) {
-	a, b := tcpPair(t)
-	go func() { b.Write([]byte("-tail-of-stream")); b.Close() }()
-	var src io.Reader = &headerConn{TCPConn: a, buf: []byte("buffered-head")}
-	for range maxUnwrap {
-		src = &layer{src}
-	}
-	r, w := pipePair(t)
-	res := collect(r)
-	n, err := Copy(w, src)
-	w.Close()
-	const want = "buffered-head-tail-of-stream"
-	if got := res(); err != nil || n != int64(len(want)) || string(got) != want {
-		t.Fatalf("Copy = %d, %v; dst got %q, want %q", n, err, got, want)
-	}
+	copyBufferedHead(t, func(h *headerConn) io.Reader {
+		var src io.Reader = h
+		for range maxUnwrap {
+			src = &layer{src}
+		}
+		return src
+	})
 }
 
 // Into a file not open for writing, a copy fails before it takes a byte
@@ -232,17 +233,9 @@ func TestReadOnlyDstLeavesSrc(t *testing.T) {
 		t.Skip("the kernel paths are Linux's")
 	}
 	for _, size := range []int{64 << 10, 1 << 20} {
-		name := filepath.Join(t.TempDir(), "ro")
-		if err := os.WriteFile(name, nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		dst, err := os.Open(name)
-		if err != nil {
-			t.Fatal(err)
-		}
+		dst := tempFile(t, nil) // open for reading only
 		src := tempFile(t, payload(size, 1))
 		n, err := Copy(dst, src)
-		dst.Close()
 		off, _ := src.Seek(0, io.SeekCurrent)
 		if n != 0 || err == nil || off != 0 {
 			t.Errorf("%d bytes into a read-only file: Copy = %d, %v; source offset %d, want 0", size, n, err, off)
