@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zeroio/zeroio/internal/percpu"
 	"github.com/zeroio/zeroio/internal/udpsys"
 	"golang.org/x/sys/unix"
 )
@@ -280,9 +279,7 @@ func TestGROScatterKeepsOrderAcrossSegmentSizes(t *testing.T) {
 // test does not reach: single datagrams into 64 KiB buffers (readBig) and
 // coalesced ones into them.
 func TestAllocsPerRunGROPaths(t *testing.T) {
-	if percpu.RaceEnabled {
-		t.Skip("sync.Pool drops items on purpose under -race")
-	}
+	skipAllocCheck(t)
 	for _, gso := range []bool{false, true} {
 		t.Run(fmt.Sprint("gso=", gso), func(t *testing.T) {
 			a, b := pair(t, "udp4", "127.0.0.1", &Options{DisableGSO: !gso, ReadBuffer: bigBuf, WriteBuffer: bigBuf})
@@ -322,9 +319,7 @@ func TestAllocsPerRunGROPaths(t *testing.T) {
 // of the call, 256 of them, more than the pool keeps, so every such read
 // allocated megabytes.
 func TestReadBigSpillsOnlyWhatWaits(t *testing.T) {
-	if percpu.RaceEnabled {
-		t.Skip("sync.Pool drops items on purpose under -race")
-	}
+	skipAllocCheck(t)
 	a, b := pair(t, "udp4", "127.0.0.1", &Options{ReadBuffer: 64 << 20, WriteBuffer: bigBuf})
 	if !a.Stats().GSO || !b.Stats().GRO {
 		t.Skip("no UDP GSO/GRO")
