@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -137,3 +139,83 @@ func TestNoGoroutines(t *testing.T) {
 		t.Fatalf("%d goroutines before the copies, %d after", before, after)
 	}
 }
+
+// TestProxyZeroAllocs: a proxy's copy (no limit, two stream sockets),
+// which uses raw system calls and turns between its interactive read and
+// write path and splice as the traffic changes, allocates nothing once it
+// runs, whichever path each burst takes.
+func TestProxyZeroAllocs(t *testing.T) {
+	if percpu.RaceEnabled {
+		t.Skip("sync.Pool drops items on purpose under -race")
+	}
+	pairs := []struct {
+		name     string
+		src, dst func(testing.TB) (net.Conn, net.Conn)
+	}{
+		{"tcp-to-tcp", tcpConns, tcpConns},
+		{"unix-to-unix", unixConns, unixConns},
+		{"unix-to-tcp", unixConns, tcpConns},
+		{"tcp-to-unix", tcpConns, unixConns},
+	}
+	for _, p := range pairs {
+		t.Run(p.name, func(t *testing.T) {
+			client, src := p.src(t)
+			dst, server := p.dst(t)
+			done := make(chan error, 1)
+			go func() { _, err := Copy(dst, src); done <- err }()
+			var got atomic.Int64
+			go func() {
+				b := make([]byte, 64<<10)
+				for {
+					n, err := server.Read(b)
+					got.Add(int64(n))
+					if err != nil {
+						return
+					}
+				}
+			}()
+			small, bulk := make([]byte, 100), make([]byte, 64<<10)
+			var sent int64
+			round := func() {
+				for range 20 { // messages, each after a pause
+					time.Sleep(200 * time.Microsecond)
+					n, _ := client.Write(small)
+					sent += int64(n)
+				}
+				for range 16 { // 1 MiB back to back
+					n, _ := client.Write(bulk)
+					sent += int64(n)
+				}
+				deadline := time.Now().Add(10 * time.Second)
+				for got.Load() < sent && time.Now().Before(deadline) {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			// The pools the copy takes its pipe and buffer from cache
+			// per P: on one P, and with no collection to empty them,
+			// each Get finds what the last Put left.
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+			defer debug.SetGCPercent(debug.SetGCPercent(-1))
+			round() // warm up pools, timers and the copy's pipe
+			var m0, m1 runtime.MemStats
+			runtime.ReadMemStats(&m0)
+			for range 3 {
+				round()
+			}
+			runtime.ReadMemStats(&m1)
+			if got.Load() != sent {
+				t.Fatalf("server got %d of %d bytes", got.Load(), sent)
+			}
+			if n := m1.Mallocs - m0.Mallocs; n != 0 {
+				t.Errorf("%d allocations in three rounds of messages and bulk", n)
+			}
+			client.Close()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func tcpConns(t testing.TB) (net.Conn, net.Conn)  { return tcpPair(t) }
+func unixConns(t testing.TB) (net.Conn, net.Conn) { return unixPair(t) }

@@ -788,3 +788,49 @@ func TestInteractive(t *testing.T) {
 		t.Fatalf("%d bytes by buffer, %d by splice, of %d", b, sp, sent)
 	}
 }
+
+// TestDstPeerResetProxy: dst's peer resets the connection while a proxy's
+// copy (no limit, which writes with raw system calls) carries short
+// messages and then bulk to it. The copy fails with a write
+// *net.OpError naming dst, ECONNRESET or EPIPE, and does not hang.
+func TestDstPeerResetProxy(t *testing.T) {
+	for _, size := range []int{100, 256 << 10} {
+		t.Run("size="+itoa(size), func(t *testing.T) {
+			client, src := tcpPair(t)
+			dst, server := tcpPair(t)
+			done := make(chan error, 1)
+			go func() { _, err := Copy(dst, src); done <- err }()
+			msg := make([]byte, size)
+			client.Write(msg)
+			server.SetReadDeadline(time.Now().Add(10 * time.Second))
+			if _, err := io.ReadFull(server, msg); err != nil {
+				t.Fatal(err)
+			}
+			server.SetLinger(0) // close sends RST
+			server.Close()
+			var err error
+		loop:
+			for range 1000 {
+				client.SetWriteDeadline(time.Now().Add(10 * time.Second))
+				if _, werr := client.Write(msg); werr != nil {
+					t.Fatalf("client write: %v", werr)
+				}
+				select {
+				case err = <-done:
+					break loop
+				case <-time.After(time.Millisecond):
+				}
+			}
+			if err == nil {
+				t.Fatal("copy to a reset peer did not fail")
+			}
+			if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+				t.Fatalf("err = %v, want ECONNRESET or EPIPE", err)
+			}
+			var oe *net.OpError
+			if !errors.As(err, &oe) || oe.Op != "write" || oe.Addr.String() != dst.RemoteAddr().String() {
+				t.Fatalf("err = %#v, want a write *net.OpError naming dst", err)
+			}
+		})
+	}
+}

@@ -13,12 +13,14 @@
 // relay took 19.5 µs at the median with syscall.Syscall6 and 16.7 µs with
 // raw calls (bench RelayUDP/mode=pingpong, all of it pinned to one CPU).
 //
-// Only short calls that cannot block may be raw: a raw call holds its P,
-// and every goroutine queued on it, until it returns. A regular file's
-// read may wait for the disk, so it is never made here. Package splice
-// keeps syscall.Syscall: its calls move up to 1 MiB each, and raw splice
-// and read calls measured no faster there (BenchmarkSplice, 12 cells,
-// 8 interleaved runs, no difference beyond the noise).
+// Only calls that cannot block may be raw: a raw call holds its P, and
+// every goroutine queued on it, until it returns. A regular file's read
+// may wait for the disk, so it is never made here. Package splice makes
+// its calls raw for a proxy's copy (no limit, two sockets of package
+// net): there each wait for the next burst let sysmon sleep and the next
+// splice woke it, and on an iperf3 stream through the relay the sysmon
+// thread took 18% of the relay's CPU. Its bounded copies keep
+// syscall.Syscall (see netSocket in package splice for why).
 //
 // The package is Linux-only; on other GOOS it is empty.
 package nbsys
