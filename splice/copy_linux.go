@@ -160,14 +160,22 @@ func (c *Copier) copy(dst io.Writer, src io.Reader, remain int64) (written int64
 func (j *job) run(dstFD bool) error {
 	triedSendfile := false
 	if dstFD && j.remain >= minZeroCopy && fileToStream(j.src, j.dst) {
-		// sendfile(2) at once, without the fstat(2) that would tell a
-		// regular file from a pipe, as the standard library does
-		// (net/sendfile.go): the kernel refuses an in_fd it cannot
-		// seek (a pipe, a socket, a tty) with EINVAL before reading a
-		// byte (sendfile(2): in_fd must support mmap-like operations;
-		// seen on Linux 6.18, and TestSendfileProbe checks the bytes
-		// stay in a pipe), and then the copy classifies src as below.
-		// That refusal is the probe doing its job, not a fallback.
+		if j.fileToTCPSplices() {
+			j.t.last = pathSplice
+			if handled, err := j.splice(); handled || err != nil {
+				return err
+			}
+			j.t.fellBack = true // a file system without splice_read
+		}
+		// Otherwise sendfile(2) at once, without the fstat(2) that
+		// would tell a regular file from a pipe, as the standard
+		// library does (net/sendfile.go): the kernel refuses an in_fd
+		// it cannot seek (a pipe, a socket, a tty) with EINVAL before
+		// reading a byte (sendfile(2): in_fd must support mmap-like
+		// operations; seen on Linux 6.18, and TestSendfileProbe checks
+		// the bytes stay in a pipe), and then the copy classifies src
+		// as below. That refusal is the probe doing its job, not a
+		// fallback.
 		triedSendfile = true
 		j.t.last = pathSendfile
 		if handled, err := j.fileCopy(pathSendfile); handled || err != nil {
@@ -229,6 +237,31 @@ func (j *job) run(dstFD bool) error {
 	}
 	j.t.last = pathBuffer
 	return j.readBuffered()
+}
+
+// fileSpliceMin is the shortest copy from a regular file into a TCP socket
+// that splices through a pipe rather than taking sendfile(2). sendfile
+// moves a file through the kernel's own pipe of 16 pages, pushing each
+// 64 KiB into the socket in turn; one splice into a pooled 1 MiB pipe and
+// one out of it move the same bytes with fewer rounds through the TCP
+// send path. BenchmarkSplice pair=file-to-tcp (bench/, 8 interleaved
+// rounds, AMD EPYC, Linux 6.18): 1 MiB copies 21% and 256 KiB 12% less
+// time than sendfile; 16 KiB 19% more, the pipe round trip costing more
+// than it saves there.
+const fileSpliceMin = 64 << 10
+
+// fileToTCPSplices reports whether a copy from an *os.File into a TCP
+// socket should splice: at least fileSpliceMin to move, from a regular
+// file at least that long. It costs an fstat(2) of src, which a copy that
+// long does not notice.
+func (j *job) fileToTCPSplices() bool {
+	if j.remain < fileSpliceMin {
+		return false
+	}
+	if _, ok := j.dst.(*net.TCPConn); !ok {
+		return false
+	}
+	return j.kindOf(j.src) == kFile && j.st.Size >= fileSpliceMin
 }
 
 // isStream reports whether v is a stream socket of the standard types,

@@ -24,6 +24,8 @@ func wantPath(src, dst string, limit int64) path {
 	switch {
 	case src == "unix" && dst == "tcp" && (limit == 0 || limit > smallCopy):
 		return pathBuffer
+	case src == "file" && dst == "tcp" && (limit == 0 || limit >= fileSpliceMin):
+		return pathSplice
 	case src == "file" && sock(dst) && zeroCopy:
 		return pathSendfile
 	case sock(src) && sock(dst) && zeroCopy:
