@@ -407,6 +407,14 @@ func (j *job) advance(p path, n int) {
 func (j *job) splice() (handled bool, err error) {
 	defer func() {
 		if j.p != nil {
+			if f, ok := j.src.(*os.File); ok && j.p.data > 0 {
+				// dst failed with bytes still in the pipe: give them
+				// back to a regular file by moving its offset to just
+				// past the last byte dst took, as sendfile(2) leaves
+				// it. (A pipe or socket cannot seek; its bytes are
+				// gone, and the count returned says where they end.)
+				f.Seek(-int64(j.p.data), io.SeekCurrent)
+			}
 			putPipe(j.p) // destroys it if bytes are left in it
 			j.p = nil
 		}

@@ -242,3 +242,32 @@ func TestReadOnlyDstLeavesSrc(t *testing.T) {
 		}
 	}
 }
+
+// A long copy from a file into TCP (spliced through a pipe) that fails on
+// the way out leaves the file's offset just past the last byte that
+// reached dst, as sendfile(2) does: bytes read into the pipe but never
+// written are not skipped by the next read of the file.
+func TestFileOffsetAfterFailedCopy(t *testing.T) {
+	data := payload(16<<20, 7)
+	for _, lim := range []int64{0, 8 << 20} {
+		t.Run("limit="+itoa(int(lim)), func(t *testing.T) {
+			src := tempFile(t, data)
+			dst, far := tcpPair(t)
+			dst.SetWriteBuffer(64 << 10)
+			far.SetReadBuffer(64 << 10)
+			go func() {
+				io.CopyN(io.Discard, far, 1<<20)
+				far.SetLinger(0)
+				far.Close() // the copy's next writes fail: EPIPE or ECONNRESET
+			}()
+			n, err := (&Copier{Limit: lim}).Copy(dst, src)
+			if err == nil {
+				t.Fatalf("Copy = %d, nil; want an error after the reader went away", n)
+			}
+			off, serr := src.Seek(0, io.SeekCurrent)
+			if serr != nil || off != n {
+				t.Fatalf("after Copy = %d, %v: file offset %d, %v; want %d", n, err, off, serr, n)
+			}
+		})
+	}
+}
