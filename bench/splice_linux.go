@@ -164,6 +164,7 @@ func spliceCases(sc Scale) []Case {
 		{"unix-to-unix", "unix", "unix"},
 		{"file-to-tcp", "file", "tcp"},
 		{"tcp-to-file", "tcp", "file"},
+		{"file-to-unix", "file", "unix"},
 	}
 	for _, p := range pairs {
 		for size := 1 << 10; size <= 1<<20; size <<= 2 {
