@@ -104,6 +104,11 @@ func (s *Server) sortedNames() []string {
 // does not resolve, the routes already applied stay applied, a route that
 // failed goes on with its old settings (listening again where it was, if
 // it was to rebind), and the error names it.
+//
+// On Linux, connections that a stopped stream listener had in its accept
+// queue (their handshake done, not yet accepted) are accepted and relayed
+// under the old settings rather than reset by the close. Clients that
+// connect to an address while its route rebinds are refused.
 func (s *Server) Update(cfg Config) error {
 	cfg, err := cfg.normalize()
 	if err != nil {
@@ -113,10 +118,28 @@ func (s *Server) Update(cfg Config) error {
 	defer s.updateMu.Unlock()
 	targets := s.resolveUDPTargets(cfg)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return ErrServerClosed
+	drained, err := s.update(cfg, targets)
+	s.mu.Unlock()
+	for _, d := range drained { // serveConn takes s.mu
+		d.rt.serveConn(d.c)
 	}
+	return err
+}
+
+// drained is a connection taken from the accept queue of a route's
+// listener as it stopped.
+type drained struct {
+	rt *route
+	c  net.Conn
+}
+
+// update is Update under s.mu. It returns the connections queued on the
+// stream listeners it stopped, for Update to serve once s.mu is free.
+func (s *Server) update(cfg Config, targets map[string]*resolved) ([]drained, error) {
+	if s.closed {
+		return nil, ErrServerClosed
+	}
+	var queue []drained
 	s.maxConns.Store(int64(cfg.MaxConns))
 	want := map[string]Route{}
 	for _, r := range cfg.Routes {
@@ -141,6 +164,11 @@ func (s *Server) Update(cfg Config) error {
 			}
 			delete(want, name)
 			continue
+		}
+		for _, ln := range rt.lns {
+			for _, c := range queued(ln) {
+				queue = append(queue, drained{rt, c})
+			}
 		}
 		rt.stop()
 		delete(s.routes, name)
@@ -170,7 +198,7 @@ func (s *Server) Update(cfg Config) error {
 		s.routes[n] = rt
 		s.log.Info("route added", "route", n, "listen", rt.cfg.Load().Listen.String(), "target", rt.cfg.Load().Target.String())
 	}
-	return errors.Join(errs...)
+	return queue, errors.Join(errs...)
 }
 
 // resolveUDPTargets resolves the targets of cfg's UDP routes that are new

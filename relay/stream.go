@@ -42,22 +42,28 @@ func (rt *route) acceptLoop(ln net.Listener) {
 			continue
 		}
 		delay = 0
-		rt.st.accepted.Add(1)
-		r := rt.cfg.Load()
-		if !rt.admit(r) {
-			rt.st.overLimit.Add(1)
-			c.Close()
-			continue
-		}
-		p := &pair{rt: rt, cfg: r, client: c}
-		if !rt.srv.track(p) {
-			rt.release(p)
-			c.Close()
-			continue
-		}
-		rt.srv.connWG.Add(1)
-		go p.run()
+		rt.serveConn(c)
 	}
+}
+
+// serveConn relays an accepted connection under the route's current
+// settings, if its limits and the server let it in.
+func (rt *route) serveConn(c net.Conn) {
+	rt.st.accepted.Add(1)
+	r := rt.cfg.Load()
+	if !rt.admit(r) {
+		rt.st.overLimit.Add(1)
+		c.Close()
+		return
+	}
+	p := &pair{rt: rt, cfg: r, client: c}
+	if !rt.srv.track(p) {
+		rt.release(p)
+		c.Close()
+		return
+	}
+	rt.srv.connWG.Add(1)
+	go p.run()
 }
 
 // admit takes a slot under the global and per-route limits.

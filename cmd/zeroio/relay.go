@@ -91,8 +91,9 @@ Signals: SIGINT or SIGTERM stops accepting and lets connections finish for
 --shutdown-timeout, then closes them (a second signal closes at once);
 meanwhile /healthz on the --metrics address answers 503.
 SIGHUP reloads the config file: new routes start, removed routes stop
-listening, established connections are never touched; a bad file is
-logged and the running config kept.
+listening, established connections are never touched, and on Linux those
+still waiting in a stopped listener's accept queue are relayed, not reset;
+a bad file is logged and the running config kept.
 
 Before serving, each target is resolved and each stream target dialled
 once; a failure is an error unless --no-check.

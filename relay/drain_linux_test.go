@@ -1,0 +1,89 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// Connections waiting in a stream listener's accept queue when Update
+// rebinds or removes its route are relayed under the old settings, not
+// reset by the close.
+func TestUpdateServesQueuedConns(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		listen func(t *testing.T) string
+		change func(routes []Route) []Route
+	}{
+		{"tcp/rebind", tcpAny, func(rs []Route) []Route { rs[0].Workers = 2; return rs }},
+		{"tcp/remove", tcpAny, func(rs []Route) []Route { return rs[1:] }},
+		{"unix/rebind", unixSock, func(rs []Route) []Route { rs[0].UnixMode = 0o600; return rs }},
+		{"unix/remove", unixSock, func(rs []Route) []Route { return rs[1:] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			be := startBackend(t, "tcp4", echo)
+			routes := []Route{
+				{Name: "a", Listen: mustAddr(t, tc.listen(t)), Target: be.addr},
+				{Name: "b", Listen: mustAddr(t, "tcp://127.0.0.1:0"), Target: be.addr},
+			}
+			s, err := New(Config{Routes: routes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Bind without serving: no accept loop runs, so every
+			// connection made now waits in route a's accept queue.
+			s.mu.Lock()
+			rt := s.routes["a"]
+			err = rt.open()
+			s.started = true
+			s.mu.Unlock()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if err := s.Shutdown(ctx); err != nil {
+					t.Errorf("Shutdown: %v", err)
+				}
+			}()
+			a := rt.addrs()[0]
+			var clients []net.Conn
+			for range 5 {
+				c, err := net.Dial(a.Network(), a.String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				clients = append(clients, c)
+			}
+			if err := s.Update(Config{Routes: tc.change(routes)}); err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range clients {
+				msg := fmt.Sprintf("client %d", i)
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				buf := make([]byte, len(msg))
+				if _, err := c.Write([]byte(msg)); err != nil {
+					t.Fatalf("client %d: write: %v", i, err)
+				}
+				if _, err := io.ReadFull(c, buf); err != nil || string(buf) != msg {
+					t.Fatalf("client %d: read %q, %v; want its echo", i, buf, err)
+				}
+			}
+			for _, st := range s.Stats().Routes { // a rebound route keeps its counters
+				if st.Name == "a" && st.Accepted != uint64(len(clients)) {
+					t.Errorf("route a counted %d accepted, want %d", st.Accepted, len(clients))
+				}
+			}
+		})
+	}
+}
+
+func tcpAny(*testing.T) string { return "tcp://127.0.0.1:0" }
+
+func unixSock(t *testing.T) string { return "unix://" + filepath.Join(shortTempDir(t), "a.sock") }
