@@ -8,11 +8,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// maxQueued bounds what queued takes from one listener (the kernel's
+// default somaxconn), so that clients still connecting while a reload
+// runs cannot keep it, and the server's lock it holds, busy.
+const maxQueued = 4096
+
 // queued accepts, without waiting, the connections whose handshake is done
 // and that wait in ln's accept queue, so that closing ln does not reset
-// them. It stops at the first error other than EINTR or ECONNABORTED:
-// EAGAIN (the queue is empty) or, out of descriptors, whatever is left is
-// reset by the close as before.
+// them. It stops at maxQueued or at the first error other than EINTR or
+// ECONNABORTED: EAGAIN (the queue is empty) or, out of descriptors,
+// whatever is left is reset by the close as before.
 func queued(ln net.Listener) []net.Conn {
 	sc, ok := ln.(interface {
 		SyscallConn() (syscall.RawConn, error)
@@ -26,7 +31,7 @@ func queued(ln net.Listener) []net.Conn {
 	}
 	var fds []int
 	rc.Control(func(fd uintptr) {
-		for {
+		for len(fds) < maxQueued {
 			nfd, _, err := unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
 			switch err {
 			case nil:
