@@ -87,3 +87,49 @@ func TestUpdateServesQueuedConns(t *testing.T) {
 func tcpAny(*testing.T) string { return "tcp://127.0.0.1:0" }
 
 func unixSock(t *testing.T) string { return "unix://" + filepath.Join(shortTempDir(t), "a.sock") }
+
+// A reload that hands queued connections over while Close runs: Close
+// waits for the hand-over as it waits for accept loops, Update ends with
+// nil or ErrServerClosed, and no goroutine or descriptor is left behind.
+func TestUpdateQueuedDuringShutdown(t *testing.T) {
+	be := startBackend(t, "tcp4", echo)
+	leakCheck(t)
+	for range 20 {
+		routes := []Route{
+			{Name: "a", Listen: mustAddr(t, "tcp://127.0.0.1:0"), Target: be.addr},
+			{Name: "b", Listen: mustAddr(t, "tcp://127.0.0.1:0"), Target: be.addr},
+		}
+		s, err := New(Config{Routes: routes})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.mu.Lock()
+		rt := s.routes["a"]
+		err = rt.open()
+		s.started = true
+		s.mu.Unlock()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := rt.addrs()[0]
+		var clients []net.Conn
+		for range 20 {
+			c, err := net.Dial(a.Network(), a.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			clients = append(clients, c)
+		}
+		updated := make(chan error, 1)
+		go func() { updated <- s.Update(Config{Routes: routes[1:]}) }()
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if err := <-updated; err != nil && err != ErrServerClosed {
+			t.Fatalf("Update: %v", err)
+		}
+		for _, c := range clients {
+			c.Close()
+		}
+	}
+}

@@ -119,9 +119,17 @@ func (s *Server) Update(cfg Config) error {
 	targets := s.resolveUDPTargets(cfg)
 	s.mu.Lock()
 	drained, err := s.update(cfg, targets)
+	if len(drained) > 0 {
+		// Like an accept loop's: Shutdown waits for these connections
+		// to be handed over before it waits for the relays.
+		s.serveWG.Add(1)
+	}
 	s.mu.Unlock()
-	for _, d := range drained { // serveConn takes s.mu
-		d.rt.serveConn(d.c)
+	if len(drained) > 0 {
+		for _, d := range drained { // serveConn takes s.mu
+			d.rt.serveConn(d.c)
+		}
+		s.serveWG.Done()
 	}
 	return err
 }
