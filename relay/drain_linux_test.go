@@ -10,6 +10,40 @@ import (
 	"time"
 )
 
+// queuedServer returns a started Server with routes a (listening on
+// listen) and b, both to target, where route a is bound but not served:
+// no accept loop runs, so the n clients it returns, connected to a, wait
+// in a's accept queue. The caller closes the clients.
+func queuedServer(t *testing.T, listen string, target Addr, n int) (*Server, []Route, []net.Conn) {
+	t.Helper()
+	routes := []Route{
+		{Name: "a", Listen: mustAddr(t, listen), Target: target},
+		{Name: "b", Listen: mustAddr(t, "tcp://127.0.0.1:0"), Target: target},
+	}
+	s, err := New(Config{Routes: routes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	rt := s.routes["a"]
+	err = rt.open()
+	s.started = true
+	s.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := rt.addrs()[0]
+	var clients []net.Conn
+	for range n {
+		c, err := net.Dial(a.Network(), a.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+	}
+	return s, routes, clients
+}
+
 // Connections waiting in a stream listener's accept queue when Update
 // rebinds or removes its route are relayed under the old settings, not
 // reset by the close.
@@ -26,41 +60,17 @@ func TestUpdateServesQueuedConns(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			be := startBackend(t, "tcp4", echo)
-			routes := []Route{
-				{Name: "a", Listen: mustAddr(t, tc.listen(t)), Target: be.addr},
-				{Name: "b", Listen: mustAddr(t, "tcp://127.0.0.1:0"), Target: be.addr},
-			}
-			s, err := New(Config{Routes: routes})
-			if err != nil {
-				t.Fatal(err)
-			}
-			// Bind without serving: no accept loop runs, so every
-			// connection made now waits in route a's accept queue.
-			s.mu.Lock()
-			rt := s.routes["a"]
-			err = rt.open()
-			s.started = true
-			s.mu.Unlock()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
+			s, routes, clients := queuedServer(t, tc.listen(t), be.addr, 5)
+			defer func() { // the clients end their relays, then Shutdown waits for them
+				for _, c := range clients {
+					c.Close()
+				}
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
 				if err := s.Shutdown(ctx); err != nil {
 					t.Errorf("Shutdown: %v", err)
 				}
 			}()
-			a := rt.addrs()[0]
-			var clients []net.Conn
-			for range 5 {
-				c, err := net.Dial(a.Network(), a.String())
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer c.Close()
-				clients = append(clients, c)
-			}
 			if err := s.Update(Config{Routes: tc.change(routes)}); err != nil {
 				t.Fatal(err)
 			}
@@ -95,31 +105,7 @@ func TestUpdateQueuedDuringShutdown(t *testing.T) {
 	be := startBackend(t, "tcp4", echo)
 	leakCheck(t)
 	for range 20 {
-		routes := []Route{
-			{Name: "a", Listen: mustAddr(t, "tcp://127.0.0.1:0"), Target: be.addr},
-			{Name: "b", Listen: mustAddr(t, "tcp://127.0.0.1:0"), Target: be.addr},
-		}
-		s, err := New(Config{Routes: routes})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.mu.Lock()
-		rt := s.routes["a"]
-		err = rt.open()
-		s.started = true
-		s.mu.Unlock()
-		if err != nil {
-			t.Fatal(err)
-		}
-		a := rt.addrs()[0]
-		var clients []net.Conn
-		for range 20 {
-			c, err := net.Dial(a.Network(), a.String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			clients = append(clients, c)
-		}
+		s, routes, clients := queuedServer(t, "tcp://127.0.0.1:0", be.addr, 20)
 		updated := make(chan error, 1)
 		go func() { updated <- s.Update(Config{Routes: routes[1:]}) }()
 		if err := s.Close(); err != nil {
