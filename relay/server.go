@@ -134,20 +134,20 @@ func (s *Server) Update(cfg Config) error {
 	return err
 }
 
-// drained is a connection taken from the accept queue of a route's
+// handoff is a connection taken from the accept queue of a route's
 // listener as it stopped.
-type drained struct {
+type handoff struct {
 	rt *route
 	c  net.Conn
 }
 
 // update is Update under s.mu. It returns the connections queued on the
 // stream listeners it stopped, for Update to serve once s.mu is free.
-func (s *Server) update(cfg Config, targets map[string]*resolved) ([]drained, error) {
+func (s *Server) update(cfg Config, targets map[string]*resolved) ([]handoff, error) {
 	if s.closed {
 		return nil, ErrServerClosed
 	}
-	var queue []drained
+	var queue []handoff
 	s.maxConns.Store(int64(cfg.MaxConns))
 	want := map[string]Route{}
 	for _, r := range cfg.Routes {
@@ -175,7 +175,7 @@ func (s *Server) update(cfg Config, targets map[string]*resolved) ([]drained, er
 		}
 		for _, ln := range rt.lns {
 			for _, c := range queued(ln) {
-				queue = append(queue, drained{rt, c})
+				queue = append(queue, handoff{rt, c})
 			}
 		}
 		rt.stop()
