@@ -413,6 +413,74 @@ func TestNotSpliceable(t *testing.T) {
 			t.Fatal("content differs")
 		}
 	})
+	// An *os.File dst is spliced into before it is classified (dstKind):
+	// a blocking pipe fills and answers EAGAIN, which the netpoller
+	// cannot wait for, so the bytes in the copy's pipe go on by Write.
+	t.Run("blocking-pipe-dst", func(t *testing.T) {
+		var fds [2]int
+		if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		r, w := os.NewFile(uintptr(fds[0]), "r"), os.NewFile(uintptr(fds[1]), "w")
+		defer r.Close()
+		a, b := tcpPair(t)
+		data := payload(2<<20, 10)
+		done := feed(b, data)
+		result := collect(r)
+		before := ReadStats()
+		n, err := Copy(w, a)
+		done()
+		w.Close()
+		if n != int64(len(data)) || err != nil {
+			t.Fatalf("Copy = %d, %v", n, err)
+		}
+		if got := result(); !bytes.Equal(got, data) {
+			t.Fatalf("pipe delivered %d bytes, differs", len(got))
+		}
+		if after := ReadStats(); after.Rescued == before.Rescued || after.Fallbacks == before.Fallbacks {
+			t.Fatalf("no rescue counted: before %+v after %+v", before, after)
+		}
+	})
+	// A datagram socket as dst: whatever splice does into it, every byte
+	// arrives once and in order.
+	t.Run("unixgram-dst", func(t *testing.T) {
+		fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Skip(err)
+		}
+		w, r := os.NewFile(uintptr(fds[0]), "w"), os.NewFile(uintptr(fds[1]), "r")
+		defer r.Close()
+		a, b := tcpPair(t)
+		data := payload(1<<20, 11)
+		done := feed(b, data)
+		got := make(chan []byte, 1)
+		go func() {
+			var all []byte
+			buf := make([]byte, 1<<20)
+			for len(all) < len(data) {
+				n, err := r.Read(buf)
+				if err != nil || n == 0 {
+					break
+				}
+				all = append(all, buf[:n]...)
+			}
+			got <- all
+		}()
+		n, err := Copy(w, a)
+		done()
+		w.Close()
+		if n != int64(len(data)) || err != nil {
+			t.Fatalf("Copy = %d, %v", n, err)
+		}
+		select {
+		case g := <-got:
+			if !bytes.Equal(g, data) {
+				t.Fatalf("socket delivered %d bytes, differs", len(g))
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("datagrams did not all arrive")
+		}
+	})
 }
 
 // TestIdleHoldsNothing: copies waiting for src hold no pipe and no buffer,

@@ -28,10 +28,11 @@
 //
 // On Linux the path for a pair is:
 //
-//   - a regular file of 64 KiB or more to a TCP socket, copying 64 KiB
+//   - a regular file of 256 KiB or more to a TCP socket, copying 256 KiB
 //     or more or without a limit: splice(2) through a pipe, which takes
 //     15% less time than sendfile(2) for 256 KiB and 1 MiB copies here
-//     (sendfile goes through the kernel's own 64 KiB pipe);
+//     (sendfile goes through the kernel's own 64 KiB pipe; at 64 KiB
+//     sendfile is the faster);
 //   - any other *os.File to a stream socket, from 4 KiB or without a
 //     limit: sendfile(2) straight away, as the standard library does; a
 //     src that is not a regular file refuses it (EINVAL) before giving
@@ -64,6 +65,13 @@
 // A kernel path that fails with EINVAL, ENOSYS, EOPNOTSUPP or EXDEV
 // before moving a byte means "not here"; the copy moves on to the next
 // path and [Stats].Fallbacks counts it.
+//
+// An *os.File dst after a socket or a pipe is not classified first: the
+// copy splices into it, as (*os.File).ReadFrom does, and classifies it
+// with fstat(2) only if it refuses bytes. A blocking pipe or device
+// (which the netpoller cannot wait for) or a datagram socket then gets
+// the bytes already in the pipe by Write, and the rest on the buffered
+// path; [Stats].Rescued and Fallbacks count it.
 //
 // # The netpoller, deadlines and idle copies
 //
