@@ -91,6 +91,11 @@ type job struct {
 
 	op path // the file path fileInner runs
 
+	// src classified (srcKind): its kind, and its size if a regular file.
+	srcKnown bool
+	sk       kind
+	srcSize  int64
+
 	// dstProbe: dst is an *os.File the copy splices into unclassified
 	// (dstKind). dstRefused: classified after it did not take bytes, it
 	// is a descriptor the buffered path must serve.
@@ -203,7 +208,7 @@ func (j *job) run(dstFD bool) error {
 		}
 		return j.readBuffered()
 	}
-	sk := j.kindOf(j.src)
+	sk := j.srcKind()
 	dk := kNone
 	if dstFD && sk != kNone {
 		dk = j.dstKind(sk)
@@ -270,7 +275,17 @@ func (j *job) fileToTCPSplices() bool {
 	if _, ok := j.dst.(*net.TCPConn); !ok {
 		return false
 	}
-	return j.kindOf(j.src) == kFile && j.st.Size >= fileSpliceMin
+	return j.srcKind() == kFile && j.srcSize >= fileSpliceMin
+}
+
+// srcKind classifies src once per copy: a pipe that fileToTCPSplices
+// classified and sendfile then refused is not fstat'ed a second time.
+func (j *job) srcKind() kind {
+	if !j.srcKnown {
+		j.sk, j.srcKnown = j.kindOf(j.src), true
+		j.srcSize = j.st.Size
+	}
+	return j.sk
 }
 
 // dstKind classifies dst for a copy from a src of kind sk. An *os.File dst
