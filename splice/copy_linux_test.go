@@ -395,11 +395,7 @@ func TestNotSpliceable(t *testing.T) {
 		}
 	})
 	t.Run("blocking-pipe", func(t *testing.T) {
-		var fds [2]int
-		if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
-			t.Fatal(err)
-		}
-		r, w := os.NewFile(uintptr(fds[0]), "r"), os.NewFile(uintptr(fds[1]), "w")
+		r, w := blockingPipe(t)
 		defer r.Close()
 		data := payload(300_000, 9)
 		done := feed(w, data)
@@ -417,11 +413,7 @@ func TestNotSpliceable(t *testing.T) {
 	// a blocking pipe fills and answers EAGAIN, which the netpoller
 	// cannot wait for, so the bytes in the copy's pipe go on by Write.
 	t.Run("blocking-pipe-dst", func(t *testing.T) {
-		var fds [2]int
-		if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
-			t.Fatal(err)
-		}
-		r, w := os.NewFile(uintptr(fds[0]), "r"), os.NewFile(uintptr(fds[1]), "w")
+		r, w := blockingPipe(t)
 		defer r.Close()
 		a, b := tcpPair(t)
 		data := payload(2<<20, 10)
@@ -481,6 +473,16 @@ func TestNotSpliceable(t *testing.T) {
 			t.Fatal("datagrams did not all arrive")
 		}
 	})
+}
+
+// blockingPipe returns a pipe in blocking mode, which os.NewFile leaves
+// out of the netpoller (os.Pipe makes non-blocking ones).
+func blockingPipe(t *testing.T) (r, w *os.File) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	return os.NewFile(uintptr(fds[0]), "r"), os.NewFile(uintptr(fds[1]), "w")
 }
 
 // TestIdleHoldsNothing: copies waiting for src hold no pipe and no buffer,
