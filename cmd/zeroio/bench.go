@@ -21,7 +21,8 @@ const benchUsage = `Usage: zeroio bench [flags]
 Runs zeroio against its peers on loopback, interleaved in one process
 (every peer and zeroio once per round, for --count rounds, the order of
 each configuration's impls rotated every round) so that a noisy machine's
-drift hits all of them alike, and reports medians and ratios.
+drift hits all of them alike, and reports medians, ratios and whether
+each ratio is beyond the noise (p-values of benchstat's test).
 With no flags it runs the configurations that show each comparison, in a
 few minutes on 2 cores; --full runs every size, batch and chunk.
 
@@ -35,9 +36,10 @@ Suites:
           when they are on PATH
 
 Writes to --out (default ./bench-out):
-  table.txt    the terminal table: medians and zeroio's ratio to each peer
+  table.txt    the terminal table: medians, zeroio's ratio to the best
+               peer, and that ratio's p-value (~: within the noise)
   bench.txt    raw results in Go benchmark format (benchstat reads it)
-  results.json every sample, median and ratio
+  results.json every sample, median, ratio and p-value
   report.html  a self-contained report with charts
 
 Flags:

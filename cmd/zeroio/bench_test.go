@@ -110,6 +110,9 @@ func TestBenchQuick(t *testing.T) {
 			if rw.Ratio != 0 && !strings.Contains(line, formatRatio(rw.Ratio)) {
 				t.Errorf("table row %q lacks ratio %s", rw.Config, formatRatio(rw.Ratio))
 			}
+			if rw.Ratio != 0 && (rw.P <= 0 || rw.P > 1 || !strings.Contains(line, formatP(rw))) {
+				t.Errorf("table row %q: p = %v, want it in (0, 1] and %q in %q", rw.Config, rw.P, formatP(rw), line)
+			}
 		}
 	}
 

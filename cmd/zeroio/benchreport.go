@@ -65,6 +65,10 @@ type row struct {
 	Ratio    float64 `json:"ratio"`
 	BestZero string  `json:"best_zeroio,omitempty"`
 	BestPeer string  `json:"best_peer,omitempty"`
+	// P is the two-sided p-value of the Mann-Whitney U test between the
+	// samples of BestZero and BestPeer (benchstat's test): at 0.05 or
+	// more the ratio is within the noise. 0 when there is no ratio.
+	P float64 `json:"p,omitempty"`
 }
 
 type caseResult struct {
@@ -219,6 +223,18 @@ func (r *report) summarize() {
 				} else {
 					rw.Ratio = bp / bz
 				}
+				var zs, ps []float64
+				for _, c := range s.Cases {
+					if c.Config == cfg && c.Impl == rw.BestZero {
+						zs = c.values(rw.Unit)
+					}
+					if c.Config == cfg && c.Impl == rw.BestPeer {
+						ps = c.values(rw.Unit)
+					}
+				}
+				if p := mannWhitneyP(zs, ps); !math.IsNaN(p) {
+					rw.P = p
+				}
 			}
 			s.Rows = append(s.Rows, rw)
 		}
@@ -292,12 +308,25 @@ func formatRatio(v float64) string {
 	return fmt.Sprintf("%.2fx", v)
 }
 
+// formatP prints a row's p-value, "~" after it when the ratio is within
+// the noise (p >= 0.05), as benchstat marks it.
+func formatP(rw row) string {
+	if rw.Ratio == 0 || rw.P == 0 {
+		return "-"
+	}
+	if rw.P >= 0.05 {
+		return fmt.Sprintf("%.3f ~", rw.P)
+	}
+	return fmt.Sprintf("%.3f", rw.P)
+}
+
 // writeTable prints, per suite, the medians of its metric for every impl
 // and zeroio's ratio to the best peer.
 func (r *report) writeTable(w io.Writer) {
 	fmt.Fprintf(w, "zeroio bench — %s, %d cores, GOMAXPROCS %d, Linux %s, %s — %s\n",
 		r.Machine.CPU, r.Machine.Cores, r.Machine.GOMAXPROCS, r.Machine.Kernel, r.Machine.Go, r.Started.UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(w, "medians of %d interleaved samples; ratio = best zeroio vs best peer (above 1: zeroio is better)\n", r.Count)
+	fmt.Fprintf(w, "p = Mann-Whitney U test of those two impls' samples, as benchstat's; ~ marks p >= 0.05: no significant difference\n")
 	for _, s := range r.Suites {
 		dir := "lower is better"
 		if s.Higher {
@@ -316,7 +345,7 @@ func (r *report) writeTable(w io.Writer) {
 		for _, im := range s.Impls {
 			fmt.Fprintf(tw, "%s\t", im)
 		}
-		fmt.Fprint(tw, "ratio\tvs\t\n")
+		fmt.Fprint(tw, "ratio\tp\tvs\t\n")
 		for _, rw := range s.Rows {
 			fmt.Fprintf(tw, "%s\t", rw.Config)
 			for _, im := range s.Impls {
@@ -330,7 +359,7 @@ func (r *report) writeTable(w io.Writer) {
 			if rw.Unit != s.Metric {
 				vs += " (" + rw.Unit + ")"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t\n", formatRatio(rw.Ratio), vs)
+			fmt.Fprintf(tw, "%s\t%s\t%s\t\n", formatRatio(rw.Ratio), formatP(rw), vs)
 		}
 		tw.Flush()
 		for _, c := range s.Cases {
