@@ -137,7 +137,7 @@ func poolCases(sc Scale) []Case {
 						}
 						return
 					}
-					parallel(b, op)
+					parallel(b.N, op)
 				}})
 			}
 		}
@@ -145,7 +145,7 @@ func poolCases(sc Scale) []Case {
 	return cs
 }
 
-// parallel runs op b.N times on GOMAXPROCS goroutines, as b.RunParallel
+// parallel runs op n times on GOMAXPROCS goroutines, as b.RunParallel
 // does, but with each goroutine counting in a local variable. RunParallel
 // counts in a testing.PB per goroutine, a 32-byte heap object whose count
 // pb.Next decrements on every op; when two goroutines' PBs land on one
@@ -164,9 +164,9 @@ func poolCases(sc Scale) []Case {
 // ±42%); go-buffer-pool 32 and 35 ns. Both loops keep both CPUs busy
 // throughout (user time twice the real time). How often a contended line
 // moves depends on how much else each op does; this loop does less.
-func parallel(b *testing.B, op func()) {
+func parallel(n int, op func()) {
 	procs := runtime.GOMAXPROCS(0)
-	grain := int64(max(1, min(10_000, b.N/(100*procs))))
+	grain := int64(max(1, min(10_000, n/(100*procs))))
 	var next atomic.Int64
 	var ready atomic.Int32
 	var wg sync.WaitGroup
@@ -183,10 +183,10 @@ func parallel(b *testing.B, op func()) {
 			for {
 				end := next.Add(grain)
 				start := end - grain
-				if start >= int64(b.N) {
+				if start >= int64(n) {
 					return
 				}
-				for range min(end, int64(b.N)) - start {
+				for range min(end, int64(n)) - start {
 					op()
 				}
 			}
