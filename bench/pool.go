@@ -115,8 +115,8 @@ func init() {
 }
 
 // poolCases compares zeroio's pools with the standard library and the Go
-// peers at each size, serially and on every P at once (parallel). One op is Get, write
-// one byte, Put.
+// peers at each size, serially and on every P at once (parallel). One op
+// is Get, write one byte, Put.
 func poolCases(sc Scale) []Case {
 	sizes := poolSizes
 	if sc < Full {

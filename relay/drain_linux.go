@@ -19,9 +19,7 @@ const maxQueued = 4096
 // ECONNABORTED: EAGAIN (the queue is empty) or, out of descriptors,
 // whatever is left is reset by the close as before.
 func queued(ln net.Listener) []net.Conn {
-	sc, ok := ln.(interface {
-		SyscallConn() (syscall.RawConn, error)
-	})
+	sc, ok := ln.(syscall.Conn)
 	if !ok {
 		return nil
 	}

@@ -190,10 +190,12 @@ func (r *report) summarize() {
 		for _, cfg := range configs {
 			rw := row{Config: cfg, Unit: rowUnit(s, cfg), Medians: map[string]float64{}}
 			rw.Higher = bench.HigherIsBetter(rw.Unit)
+			cases := map[string]*caseResult{} // the config's, by impl
 			for _, c := range s.Cases {
 				if c.Config != cfg {
 					continue
 				}
+				cases[c.Impl] = c
 				if v, ok := c.Medians[rw.Unit]; ok {
 					rw.Medians[c.Impl] = v
 				}
@@ -223,16 +225,7 @@ func (r *report) summarize() {
 				} else {
 					rw.Ratio = bp / bz
 				}
-				var zs, ps []float64
-				for _, c := range s.Cases {
-					if c.Config == cfg && c.Impl == rw.BestZero {
-						zs = c.values(rw.Unit)
-					}
-					if c.Config == cfg && c.Impl == rw.BestPeer {
-						ps = c.values(rw.Unit)
-					}
-				}
-				if p := mannWhitneyP(zs, ps); !math.IsNaN(p) {
+				if p := mannWhitneyP(cases[rw.BestZero].values(rw.Unit), cases[rw.BestPeer].values(rw.Unit)); !math.IsNaN(p) {
 					rw.P = p
 				}
 			}
@@ -311,7 +304,7 @@ func formatRatio(v float64) string {
 // formatP prints a row's p-value, "~" after it when the ratio is within
 // the noise (p >= 0.05), as benchstat marks it.
 func formatP(rw row) string {
-	if rw.Ratio == 0 || rw.P == 0 {
+	if rw.P == 0 { // no ratio, or no samples to test
 		return "-"
 	}
 	if rw.P >= 0.05 {
