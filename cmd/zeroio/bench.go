@@ -13,7 +13,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
-	"github.com/zeroio/zeroio/bench"
+	"github.com/zeroio/zeroio/cmd/zeroio/internal/bench"
 )
 
 const benchUsage = `Usage: zeroio bench [flags]

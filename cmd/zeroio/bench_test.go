@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/perf/benchfmt"
 
-	"github.com/zeroio/zeroio/bench"
+	"github.com/zeroio/zeroio/cmd/zeroio/internal/bench"
 	"github.com/zeroio/zeroio/internal/percpu"
 )
 

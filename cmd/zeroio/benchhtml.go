@@ -18,7 +18,7 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 
-	"github.com/zeroio/zeroio/bench"
+	"github.com/zeroio/zeroio/cmd/zeroio/internal/bench"
 )
 
 // chart is one SVG figure of the report. Series and Points are written as

@@ -14,7 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/zeroio/zeroio/bench"
+	"github.com/zeroio/zeroio/cmd/zeroio/internal/bench"
 )
 
 // report is everything zeroio bench measured, and what results.json holds.
@@ -369,7 +369,7 @@ func (r *report) writeTable(w io.Writer) {
 // benchstat and golang.org/x/perf/benchfmt read.
 func (r *report) writeRaw(w io.Writer) error {
 	bw := bufio.NewWriter(w)
-	fmt.Fprintf(bw, "goos: %s\ngoarch: %s\npkg: github.com/zeroio/zeroio/bench\ncpu: %s\n", r.Machine.GOOS, r.Machine.GOARCH, r.Machine.CPU)
+	fmt.Fprintf(bw, "goos: %s\ngoarch: %s\npkg: github.com/zeroio/zeroio/cmd/zeroio/internal/bench\ncpu: %s\n", r.Machine.GOOS, r.Machine.GOARCH, r.Machine.CPU)
 	suffix := ""
 	if p := r.Machine.GOMAXPROCS; p > 1 {
 		suffix = fmt.Sprintf("-%d", p)
