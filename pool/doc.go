@@ -7,17 +7,17 @@
 //   - [Sized] (and the package-level [Get] and [Put]) is the default: any
 //     size, in power-of-two classes from 64 B to 1 MiB (configurable).
 //     Idle memory is released by the garbage collector within a few cycles.
-//     Faster than the sync.Pool-based pools with size classes we measured
-//     (mcache, bytebufferpool, go-buffer-pool), and within about 10% of a
-//     bare sync.Pool of one size (docs/BENCHMARKS.md).
+//     docs/BENCHMARKS.md compares it with the sync.Pool-based pools with
+//     size classes (mcache, bytebufferpool, go-buffer-pool) and a bare
+//     sync.Pool of one size.
 //   - [Slab] is bounded: a fixed number of fixed-size slots carved from one
 //     allocation. It never holds more memory than that (and its bitmap),
 //     detects double and foreign Puts exactly, and when all slots are
 //     taken it falls back to the heap or reports [ErrExhausted], never
 //     waits. With
 //     [SlabOptions].PerPCache each P keeps its last returned slot, which
-//     makes a Get/Put pair about 0.6 times the cost, and lets up to one
-//     free slot per P hide from Gets on other Ps.
+//     makes a Get/Put pair cheaper (no atomic read-modify-write on a hit)
+//     and lets up to one free slot per P hide from Gets on other Ps.
 //   - [Arena] carves many small, short-lived buffers out of large shards
 //     with a bump pointer, for workloads that would otherwise make millions
 //     of tiny allocations. Its handles ([Buf]) detect a release through a

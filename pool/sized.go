@@ -144,8 +144,8 @@ func (p *Sized) marker(ptr unsafe.Pointer) uint64 { return p.key ^ uint64(uintpt
 //go:nosplit
 func (p *Sized) Get(n int) []byte {
 	// Get and Put are nosplit: they skip the stack check of a function
-	// prologue, 3.5% of a Get/Put pair (BenchmarkPool, serial and
-	// parallel, geomean). Their frames are small and fixed, and whatever they call
+	// prologue, a measurable share of a Get/Put pair this short. Their
+	// frames are small and fixed, and whatever they call
 	// that may need more stack (the miss paths, the shared sync.Pools) is
 	// an ordinary function that checks for itself; the linker verifies
 	// the rest.

@@ -141,10 +141,9 @@ func addrPort(a net.Addr) netip.AddrPort {
 // runs on a goroutine of its own. connect's frame is large (1.6 KB: the
 // dialer, the PROXY header buffers); with the copy waiting below it, a
 // direction needed an 8 KiB stack for as long as the connection lived. On
-// a fresh goroutine each direction waits in 4 KiB: 8.2 KB of stack per
-// idle connection instead of 12.3 (runtime.MemStats over 2,000 relayed
-// in-process), and 13.5 KiB of relay RSS per connection instead of 17.7
-// (BenchmarkRelayIdle, 5,000 connections, 3 interleaved rounds).
+// a fresh goroutine each direction waits in the initial 4 KiB stack, which
+// is what an idle connection costs (the relay idle benchmark measures the
+// RSS per connection).
 func (p *pair) run() {
 	if !p.connect() {
 		p.end()

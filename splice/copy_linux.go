@@ -39,18 +39,17 @@ const (
 	smallCopy = 16 << 10
 	// minZeroCopy is the smallest Limit for which a regular file to a
 	// stream socket takes sendfile(2), and a stream socket to another
-	// (Unix to TCP aside) takes splice(2). At 1 KiB read(2) and write(2)
-	// measured as fast or faster for these pairs; from 4 KiB on the
-	// kernel paths measured faster, in time and in CPU per copy
-	// (BenchmarkSplice in bench/, Linux 6.18: file-to-tcp 4 KiB 3.3 µs
-	// against 4.0 µs, tcp-to-tcp 4 KiB 5.2 µs against 5.7-6.0 µs,
-	// unix-to-unix 16 KiB 6.2 µs against 7.8 µs).
+	// (Unix to TCP aside) takes splice(2). Below it the fixed cost of a
+	// kernel path (the pipe round trip of splice, the setup of sendfile)
+	// outweighs the copy through user space that it saves; the splice
+	// benchmarks (docs/BENCHMARKS.md) measure the crossover.
 	minZeroCopy = 4 << 10
 )
 
 // job is the state of one copy that has a descriptor on its src side. Jobs
 // are pooled, and their callbacks are method values bound once, so a copy
-// allocates nothing (seed 001: x/net binds RawConn callbacks the same way).
+// allocates nothing (x/net's internal/socket binds its RawConn callbacks
+// the same way).
 type job struct {
 	progress func(int64) // Copier.Progress
 	src, dst any         // the ends, unwrapped
@@ -183,8 +182,8 @@ func (j *job) run(dstFD bool) error {
 		// library does (net/sendfile.go): the kernel refuses an in_fd
 		// it cannot seek (a pipe, a socket, a tty) with EINVAL before
 		// reading a byte (sendfile(2): in_fd must support mmap-like
-		// operations; seen on Linux 6.18, and TestSendfileProbe checks
-		// the bytes stay in a pipe), and then the copy classifies src
+		// operations; TestSendfileProbe checks that the bytes stay in
+		// a pipe), and then the copy classifies src
 		// as below. That refusal is the probe doing its job, not a
 		// fallback.
 		triedSendfile = true
@@ -199,8 +198,8 @@ func (j *job) run(dstFD bool) error {
 		// fstat(2) to classify the ends: for a few KiB, read(2) and
 		// write(2) cost less than that classification, and below
 		// minZeroCopy less than the pipe round trip of splice too
-		// (BenchmarkSplice in bench/ measures the crossover; splice
-		// measured slower for tcp-to-file up to 16 KiB). Only a
+		// (the splice benchmarks measure the crossover; for tcp-to-file
+		// splice does not pay off up to smallCopy). Only a
 		// datagram Unix conn, known without a syscall, needs its own
 		// Read.
 		if uc, ok := j.src.(*net.UnixConn); ok && j.kindOf(uc) == kNone {
@@ -255,13 +254,11 @@ func (j *job) run(dstFD bool) error {
 // moves a file through the kernel's own pipe of 16 pages, pushing each
 // 64 KiB into the socket in turn; one splice into a pooled 1 MiB pipe and
 // one out of it move the same bytes with fewer rounds through the TCP
-// send path. BenchmarkSplice pair=file-to-tcp (bench/, interleaved runs,
-// benchstat, AMD EPYC, Linux 6.18): splicing took 15% less time than
-// sendfile at 256 KiB (p = 0.010, 8 runs) and 15-21% less at 1 MiB; it
-// tied at 128 KiB, and at 64 KiB took 4% more (p = 0.009, 6 runs with
-// the process and its peer on one CPU), at 16 KiB 19% more. Into a Unix
-// socket sendfile stays: splice took 21-28% more time than it at 64 KiB
-// to 1 MiB (pair=file-to-unix, same method).
+// send path. Below fileSpliceMin the extra splice call and the pipe cost
+// more than those rounds save, so sendfile stays. Into a Unix socket
+// sendfile stays at every size: there is no TCP segmentation to batch, and
+// the second splice is pure cost. The pair=file-to-tcp and file-to-unix
+// cases of the splice benchmarks (docs/BENCHMARKS.md) measure both.
 const fileSpliceMin = 256 << 10
 
 // fileToTCPSplices reports whether a copy from an *os.File into a TCP
@@ -293,10 +290,8 @@ func (j *job) srcKind() kind {
 // copy_file_range) is not classified up front: the copy splices into it
 // as the standard library does (os.File.ReadFrom), and the fstat(2) runs
 // only if dst does not take the bytes (see probeDst). A regular file, the
-// usual dst, never needs it. BenchmarkSplice pair=tcp-to-file at 64 KiB,
-// the process and its peers on one CPU (8 interleaved runs, benchstat,
-// AMD EPYC, Linux 6.18): the fstat cost 5.7% of the copy's time (p =
-// 0.003), and without it zeroio and the standard library were equal.
+// usual dst, never needs it. The fstat(2) is a visible share of a
+// tcp-to-file copy of tens of KiB, which is why it is deferred.
 func (j *job) dstKind(sk kind) kind {
 	if _, ok := j.dst.(*os.File); ok && sk != kFile {
 		j.dstProbe = true
@@ -347,14 +342,13 @@ func fileToStream(src, dst any) bool {
 }
 
 // unixToTCP reports whether the copy is from a Unix socket to a TCP one,
-// the one pair where splice(2) measured slower than read(2) and write(2)
-// for long copies: 20-31% less throughput for 64 KiB to 1 MiB copies on
-// Linux 6.18 (BenchmarkSplice pair=unix-to-tcp in bench/, with a buffered
-// zeroio variant beside it; docs/bench/splice.md), although the standard
-// library splices this pair since Go 1.11 (seed 004, measured on older
-// kernels). Copies limited to 4-16 KiB splice, as for the other stream
-// pairs: 6% less time per 4 KiB copy than read(2) and write(2) (20
-// interleaved samples).
+// the one pair where splice(2) is slower than read(2) and write(2) for
+// long copies on current kernels, although the standard library splices
+// it since go.dev/cl/113997. BenchmarkSplice pair=unix-to-tcp keeps a
+// buffered zeroio variant beside the spliced one to show it, and
+// docs/BENCHMARKS.md explains why. Copies limited to minZeroCopy up to
+// smallCopy splice, as for the other stream pairs, where the pipe round
+// trip still costs less than the copy through user space.
 func unixToTCP(src, dst any) bool {
 	_, u := src.(*net.UnixConn)
 	_, t := dst.(*net.TCPConn)
@@ -455,9 +449,8 @@ func (j *job) advance(p path, n int) {
 // fills interactiveRead means a bulk burst: the rest of it is spliced, and
 // a burst that moved interactiveRead bytes or more keeps the next one
 // spliced from its first byte; a shorter burst makes the copy interactive
-// again. (TCP ping-pong of 64 bytes through the relay: p50 19.2 against
-// 19.7 µs spliced, 6 interleaved runs of BenchmarkRelayLatency; iperf3
-// through it unchanged within the noise.)
+// again. The relay latency benchmark (a TCP ping-pong of small messages)
+// measures the interactive half, the iperf3 one the bulk half.
 func (j *job) splice() (handled bool, err error) {
 	defer func() {
 		if j.p != nil {
@@ -750,21 +743,16 @@ func (j *job) writeOut(fd uintptr) bool {
 // copy comes back from waiting with every P idle.
 //
 // A proxy's copy (no limit, both ends stream sockets of package net)
-// makes them raw. On iperf3 streams through the relay that took its CPU
-// per GiB from 0.41 to 0.31 s uploading and 0.43 to 0.34 s downloading,
-// and its throughput up 8-12%, and a 64-byte TCP ping-pong through it
-// from 20.5 to 18.8 µs at the median (bench RelayIperf3 and RelayLatency,
-// 10 and 6 interleaved runs of test binaries before and after, benchstat;
-// the sysmon thread had taken 18% of the relay's CPU). Short copies (up to
-// smallCopy) make them raw too: 6% less time per copy over the 1-16 KiB
-// cells of BenchmarkSplice (geometric mean of 18, 10 interleaved runs),
-// 4 KiB tcp-to-tcp 4% and tcp-to-unix 10% less. Longer bounded copies
-// keep syscall.Syscall: raw calls made the long Unix copies slower on
-// this 2-vCPU VM (unix-to-unix 256 KiB 125 against 68 µs), and equal
-// when both vCPUs were kept busy by a spinning process at nice 19:
-// sysmon's polling after each wake had kept an otherwise idle vCPU from
-// halting, which spared the writer and reader processes the cost of
-// waking it.
+// makes them raw: each of its many short system calls would otherwise
+// wake sysmon, which then costs the relay CPU per byte and latency per
+// message. Short copies (up to smallCopy) make them raw too, for the same
+// per-call saving. Longer bounded copies keep syscall.Syscall: on a
+// machine with few CPUs, sysmon's polling after each wake keeps an
+// otherwise idle CPU from halting, which spares the processes at the
+// other ends the cost of waking it; raw calls lose that and long copies
+// between Unix sockets get slower. Package nbsys explains the runtime
+// side (entersyscall in runtime/proc.go wakes a sleeping sysmon:
+// entersyscallWakeSysmon).
 func netSocket(v any) bool {
 	switch v.(type) {
 	case *net.TCPConn, *net.UnixConn:

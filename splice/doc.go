@@ -29,10 +29,10 @@
 // On Linux the path for a pair is:
 //
 //   - a regular file of 256 KiB or more to a TCP socket, copying 256 KiB
-//     or more or without a limit: splice(2) through a pipe, which takes
-//     15% less time than sendfile(2) for 256 KiB and 1 MiB copies here
-//     (sendfile goes through the kernel's own 64 KiB pipe; at 64 KiB
-//     sendfile is the faster);
+//     or more or without a limit: splice(2) through a pipe, which for
+//     long copies takes less time than sendfile(2) (sendfile goes
+//     through the kernel's own 64 KiB pipe; for shorter copies sendfile
+//     is the faster);
 //   - any other *os.File to a stream socket, from 4 KiB or without a
 //     limit: sendfile(2) straight away, as the standard library does; a
 //     src that is not a regular file refuses it (EINVAL) before giving
@@ -47,9 +47,9 @@
 //   - regular file to regular file: copy_file_range(2), then sendfile(2);
 //   - regular file to anything else with a descriptor: sendfile(2);
 //   - a Unix socket to a TCP socket, past 16 KiB or without a limit:
-//     read(2) and dst.Write, because splice moved 20-31% fewer bytes per
-//     second than that for this one pair on Linux 6.18 (see
-//     BenchmarkSplice in the bench directory);
+//     read(2) and dst.Write, because for this one pair splice moves
+//     fewer bytes per second than that on current kernels (see
+//     docs/BENCHMARKS.md);
 //   - any other pair with descriptors: splice(2) through a pipe; a copy
 //     without a limit between two stream sockets (a proxy's) reads what
 //     arrives after each wait with read(2), up to 16 KiB, and writes it,

@@ -315,9 +315,9 @@ func TestAllocsPerRunGROPaths(t *testing.T) {
 // TestReadBigSpillsOnlyWhatWaits reads a coalesced buffer of 64 datagrams
 // followed by single ones into a batch of 256 64 KiB buffers (readBig): the
 // 63 headers that do not fit wait in spill buffers, and a second round
-// reuses the pooled ones. readBig once took a spill buffer for every header
-// of the call, 256 of them, more than the pool keeps, so every such read
-// allocated megabytes.
+// reuses the pooled ones. A readBig that took a spill buffer for every
+// header of the call, 256 of them, more than the pool keeps, would
+// allocate megabytes on every such read.
 func TestReadBigSpillsOnlyWhatWaits(t *testing.T) {
 	skipAllocCheck(t)
 	a, b := pair(t, "udp4", "127.0.0.1", &Options{ReadBuffer: 64 << 20, WriteBuffer: bigBuf})

@@ -20,9 +20,8 @@
 // another thread take the P while a call blocks, buys nothing, and it wakes
 // the runtime's sysmon thread each time the process comes back from the
 // netpoller: a context switch per wake on a busy machine. A call holds its
-// P until it returns: microseconds for a few datagrams, about half a
-// millisecond for 512 datagrams of 64 bytes without offload (BenchmarkUDP
-// n=512 in bench/ takes 0.9 ms out and back); other Ps go on running.
+// P until it returns: microseconds for a few datagrams, longer for a batch
+// of hundreds without offload; other Ps go on running.
 //
 // # Offload
 //

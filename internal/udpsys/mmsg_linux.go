@@ -57,8 +57,9 @@ func (c *MmsgCall) run(fd uintptr) bool {
 // one serves a single header without control data with sendto(2) or
 // recvfrom(2), as the standard library does: the kernel's path for them
 // skips the msghdr copy and control-message handling of sendmmsg and
-// recvmmsg, about 0.4 µs a datagram here. It fills h as the mmsg call
-// would, MSG_TRUNC and the byte count included, and returns 1.
+// recvmmsg, a measurable share of the cost of one datagram. It fills h as
+// the mmsg call would, MSG_TRUNC and the byte count included, and returns
+// 1.
 func (c *MmsgCall) one(fd uintptr, h *unix.Mmsghdr) (uintptr, unix.Errno) {
 	iov := h.Hdr.Iov
 	if c.trap == unix.SYS_SENDMMSG {

@@ -13,9 +13,10 @@ import (
 // returns the function that restores each thread's previous set; threads
 // made meanwhile get the first thread's.
 //
-// The UDP ping-pong needs it on this VM: whether the scheduler put the
-// relay on the client's vCPU or the other one made a relay's p50 either
-// about 20 µs or 125-150 µs (waking a halted vCPU), whatever the relay.
+// The UDP ping-pong needs it on machines with few (virtual) CPUs: whether
+// the scheduler puts the relay on the client's CPU or on an idle one
+// decides whether each message pays for waking a halted CPU, which would
+// make the latency bimodal whatever the relay.
 func pinProcess(cpu int) (unpin func()) {
 	var one unix.CPUSet
 	one.Set(cpu)

@@ -6,7 +6,7 @@ import (
 )
 
 // bufpoolModel reproduces the design that github.com/jsign/bufpool's README
-// describes (seed 003), for running its benchmarks beside zeroio's Arena in
+// describes, for running its benchmarks beside zeroio's Arena in
 // one process: the module itself is not served by the Go module proxy. It is
 // our own code, written from that description: shards live in a sync.Pool;
 // Make tries up to maxRetries pooled shards for room (or for a shard whose

@@ -149,21 +149,17 @@ func poolCases(sc Scale) []Case {
 // does, but with each goroutine counting in a local variable. RunParallel
 // counts in a testing.PB per goroutine, a 32-byte heap object whose count
 // pb.Next decrements on every op; when two goroutines' PBs land on one
-// cache line, that line bounces between the CPUs on every op. On the AMD
-// EPYC VM 2-13% of parallel Slab samples took 12-22 ns instead of 6.2,
-// depending on where the PBs were allocated (19 of 315 samples of 200 ms,
-// a process per round; perf record of a slow one put 42% of its time on
-// the load of pb.cache in pb.Next). With this loop: 0 of 250. Goroutines
-// take work in grains from one counter, as RunParallel does, so that none
-// idles while another has a backlog.
+// cache line, that line bounces between the CPUs on every op, and a
+// benchmark of an op as short as a pool's Get/Put measures the bouncing
+// (some samples several times slower than others, depending on where the
+// PBs happened to be allocated). Counting in a local variable removes
+// that. Goroutines take work in grains from one counter, as RunParallel
+// does, so that none idles while another has a backlog.
 //
 // Peers whose every op writes one shared line (bytebufferpool's call
-// counters) are bimodal under either loop, and slower under this one:
-// bytebufferpool at 64 B took a median 23 ns per op with RunParallel and
-// 153 ns with this loop (10 separate processes each, spreads ±509% and
-// ±42%); go-buffer-pool 32 and 35 ns. Both loops keep both CPUs busy
-// throughout (user time twice the real time). How often a contended line
-// moves depends on how much else each op does; this loop does less.
+// counters) stay bimodal under either loop, and can be slower under this
+// one: how often a contended line moves depends on how much else each op
+// does, and this loop does less.
 func parallel(n int, op func()) {
 	procs := runtime.GOMAXPROCS(0)
 	grain := int64(max(1, min(10_000, n/(100*procs))))
@@ -211,7 +207,8 @@ func slabOp(perP bool) func(size int) func() {
 	}
 }
 
-// BenchmarkSeedBytePool is the fixed-slot article's benchmark (seed 002):
+// BenchmarkSeedBytePool is the benchmark of a fixed-slot bytepool article
+// ("通过 bytepool 避免 sync.Pool 的额外内存分配"):
 // Get and Put a 10-byte buffer from a pool of 10, serially. The article's
 // own BytePool spins forever when full and lets a double Put hand one slot
 // to two owners; Slab does neither, with its bound and checks on.
@@ -245,8 +242,8 @@ func seedBytePoolCases(Scale) []Case {
 	}}}
 }
 
-// vsMallocCases are bufpool's BenchmarkVsMalloc (seed 003) for one serial
-// client, with make (bufpool's "malloc") beside the pools in each case:
+// vsMallocCases are github.com/jsign/bufpool's BenchmarkVsMalloc for one
+// serial client, with make (bufpool's "malloc") beside the pools in each case:
 // overhead asks for more than half a shard (a plain allocation through the
 // pool); reuse asks and returns serially.
 func vsMallocCases(sc Scale) []Case {
@@ -290,7 +287,7 @@ func chaosSleep(r *rand.Rand) time.Duration {
 	return time.Duration(max(int(r.NormFloat64()*.3+1), 0)) * time.Microsecond
 }
 
-// BenchmarkChaos is bufpool's concurrent benchmark (seed 003): 100
+// BenchmarkChaos is github.com/jsign/bufpool's concurrent benchmark: 100
 // goroutines each make 1000 buffers of non-uniform size, hold each for a
 // non-uniform time and release it, with 100-byte shards and 0..8 retries.
 func chaosCases(sc Scale) []Case {

@@ -14,7 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The splice benchmarks follow seed 004 (Go's net/splice_linux_test.go):
+// The splice benchmarks follow Go's net/splice_linux_test.go
+// (go.dev/cl/113997):
 // the peers that write into src and read out of dst are child processes,
 // copies of this test binary, holding their socket as fd 3 from
 // ExtraFiles, so only the copy runs in the measured process.

@@ -260,8 +260,8 @@ func init() {
 	register(Suite{Group: "udp", Name: "UDPThroughput", Cases: udpThroughputCases, Metric: "delivered-MB/s"})
 }
 
-// udpCases are seed 000's loopback benchmark: each op sends n 64-byte
-// datagrams and reads the n back, on one goroutine.
+// udpCases are x/net internal/socket's BenchmarkUDP: each op sends n
+// 64-byte datagrams and reads the n back, on one goroutine.
 func udpCases(sc Scale) []Case {
 	const size = 64
 	batches := []int{1, 2, 4, 8, 16, 32, 64, 128, 256, 512}
