@@ -73,17 +73,7 @@ func (m *metricsServer) healthz(w http.ResponseWriter, _ *http.Request) {
 // checkMetricsAddr refuses a metrics address that is not host:port with
 // an explicit host.
 func checkMetricsAddr(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("metrics address %q: want host:port, e.g. 127.0.0.1:9100", addr)
-	}
-	if host == "" {
-		return fmt.Errorf("metrics address %q has no host: write 127.0.0.1%s for this machine only", addr, addr)
-	}
-	if _, err := net.LookupPort("tcp", port); err != nil {
-		return fmt.Errorf("metrics address %q: bad port %q", addr, port)
-	}
-	return nil
+	return checkHostPort("metrics", "127.0.0.1:9100", addr)
 }
 
 func (m *metricsServer) close() {

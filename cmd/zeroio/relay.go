@@ -46,6 +46,8 @@ Examples:
   zeroio relay -c relay.yaml --metrics 127.0.0.1:9100
   # check an edited config file before sending SIGHUP
   zeroio relay -c relay.yaml --check-config
+  # profile a live relay: go tool pprof http://127.0.0.1:6060/debug/pprof/profile
+  zeroio relay -c relay.yaml --pprof 127.0.0.1:6060
 
 Config file (YAML; unknown keys are errors; route fields not set take the
 file's defaults, then the flags):
@@ -123,7 +125,7 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 	var (
 		spec                 routeSpec
 		opt                  options
-		file                 string
+		file, pprofAddr      string
 		global               int
 		noCheck, checkOnly   bool
 		allow, deny, trusted listFlag
@@ -153,6 +155,7 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&opt.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&opt.logFormat, "log-format", "text", "text or json (to stderr)")
 	fs.StringVar(&opt.metrics, "metrics", "", "serve Prometheus metrics at http://`host:port`/metrics, and /healthz (200, or 503 while shutting down)")
+	fs.StringVar(&pprofAddr, "pprof", "", "serve Go's runtime profiles (net/http/pprof) at http://`host:port`/debug/pprof/; off by default, keep it on loopback")
 	fs.DurationVar(&opt.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long connections may finish")
 	fs.BoolVar(&noCheck, "no-check", false, "start even if a target does not resolve or answer")
 	fs.BoolVar(&checkOnly, "check-config", false, "check the flags or config file (and each target, unless --no-check), list the routes and exit without listening")
@@ -243,6 +246,11 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 				return fail(err)
 			}
 		}
+		if pprofAddr != "" {
+			if err := checkHostPort("pprof", "127.0.0.1:6060", pprofAddr); err != nil {
+				return fail(err)
+			}
+		}
 		for _, r := range cfg.Routes {
 			name := ""
 			if r.Name != "" {
@@ -263,6 +271,13 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 			return fail(err)
 		}
 		defer metrics.close()
+	}
+	if pprofAddr != "" {
+		p, err := startPprof(pprofAddr, log)
+		if err != nil {
+			return fail(err)
+		}
+		defer p.close()
 	}
 	// Signals are caught before the routes listen: a SIGHUP sent as soon
 	// as "listening" is logged would otherwise kill the process, or be

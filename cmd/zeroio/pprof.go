@@ -1,0 +1,68 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+)
+
+// pprofServer serves the runtime profiles of net/http/pprof for a live
+// relay. It has its own mux: importing net/http/pprof also registers the
+// handlers on http.DefaultServeMux, which nothing here serves.
+type pprofServer struct{ srv *http.Server }
+
+// startPprof serves /debug/pprof/ on addr (host:port with an explicit
+// host, as for --metrics). Profiles show code paths and memory, so addr
+// should be a loopback address.
+func startPprof(addr string, log *slog.Logger) (*pprofServer, error) {
+	if err := checkHostPort("pprof", "127.0.0.1:6060", addr); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("pprof: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	// No WriteTimeout: a CPU profile or trace streams for as long as its
+	// ?seconds= asks.
+	s := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("pprof server failed", "err", err)
+		}
+	}()
+	log.Info("pprof", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
+	return &pprofServer{s}, nil
+}
+
+func (p *pprofServer) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	p.srv.Shutdown(ctx)
+}
+
+// checkHostPort refuses a server address that is not host:port with an
+// explicit host; what names the flag in the error, example a good value.
+func checkHostPort(what, example, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%s address %q: want host:port, e.g. %s", what, addr, example)
+	}
+	if host == "" {
+		return fmt.Errorf("%s address %q has no host: write 127.0.0.1%s for this machine only", what, addr, addr)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("%s address %q: bad port %q", what, addr, port)
+	}
+	return nil
+}
