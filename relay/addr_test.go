@@ -70,6 +70,7 @@ func TestConfigErrors(t *testing.T) {
 		"duplicate name":   {Routes: []Route{{Name: "a", Listen: tcp, Target: tcp}, {Name: "a", Listen: udp, Target: udp}}},
 		"duplicate listen": {Routes: []Route{{Name: "a", Listen: tcp, Target: tcp}, {Name: "b", Listen: tcp, Target: tcp}}},
 		"workers on unix":  {Routes: []Route{{Listen: Addr{Network: "unix", Address: "/tmp/zeroio-x.sock"}, Target: tcp, Workers: 2}}},
+		"unknown engine":   {Routes: []Route{{Listen: tcp, Target: tcp}}, Engine: "threads"},
 	} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("%s: New accepted %+v", name, cfg)

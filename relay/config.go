@@ -117,6 +117,11 @@ type Config struct {
 	MaxConns int
 	// Logger receives connection events; nil discards them.
 	Logger *slog.Logger
+	// Engine picks how stream routes move bytes: EngineEvent (event
+	// loops, Linux only), EngineGoroutine (goroutines per connection,
+	// every platform), or "" for the platform's best. [New] reads it;
+	// [Server.Update] keeps the engine the Server started with.
+	Engine string
 }
 
 // withDefaults returns r with zero fields filled in.
@@ -204,6 +209,9 @@ func (c Config) normalize() (Config, error) {
 	var errs []error
 	if c.MaxConns < 0 {
 		errs = append(errs, errors.New("negative global connection limit"))
+	}
+	if err := checkEngine(c.Engine); err != nil {
+		errs = append(errs, err)
 	}
 	for i, r := range c.Routes {
 		r = r.withDefaults()

@@ -20,7 +20,7 @@ func queuedServer(t *testing.T, listen string, target Addr, n int) (*Server, []R
 		{Name: "a", Listen: mustAddr(t, listen), Target: target},
 		{Name: "b", Listen: mustAddr(t, "tcp://127.0.0.1:0"), Target: target},
 	}
-	s, err := New(Config{Routes: routes})
+	s, err := New(withEngine(t, Config{Routes: routes}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,9 @@ func queuedServer(t *testing.T, listen string, target Addr, n int) (*Server, []R
 // Connections waiting in a stream listener's accept queue when Update
 // rebinds or removes its route are relayed under the old settings, not
 // reset by the close.
-func TestUpdateServesQueuedConns(t *testing.T) {
+func TestUpdateServesQueuedConns(t *testing.T) { forEachEngine(t, testUpdateServesQueuedConns) }
+
+func testUpdateServesQueuedConns(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		listen func(t *testing.T) string
@@ -101,7 +103,9 @@ func unixSock(t *testing.T) string { return "unix://" + filepath.Join(shortTempD
 // A reload that hands queued connections over while Close runs: Close
 // waits for the hand-over as it waits for accept loops, Update ends with
 // nil or ErrServerClosed, and no goroutine or descriptor is left behind.
-func TestUpdateQueuedDuringShutdown(t *testing.T) {
+func TestUpdateQueuedDuringShutdown(t *testing.T) { forEachEngine(t, testUpdateQueuedDuringShutdown) }
+
+func testUpdateQueuedDuringShutdown(t *testing.T) {
 	be := startBackend(t, "tcp4", echo)
 	leakCheck(t)
 	for range 20 {

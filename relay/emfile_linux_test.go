@@ -13,7 +13,9 @@ import (
 // accept fails with EMFILE: the relay must count the error, back off
 // rather than spin, and serve the waiting client once descriptors are
 // free again.
-func TestAcceptBackoffOnEMFILE(t *testing.T) {
+func TestAcceptBackoffOnEMFILE(t *testing.T) { forEachEngine(t, testAcceptBackoffOnEMFILE) }
+
+func testAcceptBackoffOnEMFILE(t *testing.T) {
 	b := startBackend(t, "tcp4", echo)
 	s := startRelay(t, route0("127.0.0.1:0", b.addr, nil))
 	var lim syscall.Rlimit

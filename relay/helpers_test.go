@@ -111,11 +111,35 @@ func closeWrite(c net.Conn) error {
 	return errors.New("no CloseWrite")
 }
 
-// startRelay runs a Server for routes and returns it; it is shut down and
-// checked for leftover connections at cleanup.
+// forEachEngine runs test once per engine this platform has, each as a
+// subtest named engine=NAME. Inside it, startRelay and withEngine give
+// the configs they build that engine.
+func forEachEngine(t *testing.T, test func(t *testing.T)) {
+	for _, e := range engineNames() {
+		t.Run("engine="+e, test)
+	}
+}
+
+// withEngine sets cfg.Engine, if unset, to the engine named by the
+// engine=NAME element of t's name (see forEachEngine).
+func withEngine(t testing.TB, cfg Config) Config {
+	if cfg.Engine != "" {
+		return cfg
+	}
+	for _, el := range strings.Split(t.Name(), "/") {
+		if e, ok := strings.CutPrefix(el, "engine="); ok {
+			cfg.Engine = e
+		}
+	}
+	return cfg
+}
+
+// startRelay runs a Server for routes, on the engine of t (withEngine),
+// and returns it; it is shut down and checked for leftover connections
+// at cleanup.
 func startRelay(t testing.TB, cfg Config) *Server {
 	t.Helper()
-	s, err := New(cfg)
+	s, err := New(withEngine(t, cfg))
 	if err != nil {
 		t.Fatal(err)
 	}

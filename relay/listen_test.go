@@ -114,7 +114,9 @@ func TestListenUnixStale(t *testing.T) {
 
 // TestUnixMode relays through a Unix listen socket whose file mode is set,
 // checks the mode, and that a reload with another mode changes it.
-func TestUnixMode(t *testing.T) {
+func TestUnixMode(t *testing.T) { forEachEngine(t, testUnixMode) }
+
+func testUnixMode(t *testing.T) {
 	be := startBackend(t, "tcp4", echo)
 	path := filepath.Join(shortTempDir(t), "m.sock")
 	for _, mode := range []os.FileMode{0o600, 0o660, 0o666} {

@@ -20,7 +20,9 @@ import (
 	"github.com/zeroio/zeroio/splice"
 )
 
-func TestRelayIntegrity(t *testing.T) {
+func TestRelayIntegrity(t *testing.T) { forEachEngine(t, testRelayIntegrity) }
+
+func testRelayIntegrity(t *testing.T) {
 	for _, tc := range []struct{ name, listen, target string }{
 		{"tcp4-to-tcp4", "127.0.0.1:0", "tcp4"},
 		{"tcp6-to-tcp6", "[::1]:0", "tcp6"},
@@ -68,7 +70,9 @@ func TestRelayIntegrity(t *testing.T) {
 
 // TestHalfClose checks that EOF in one direction is passed on as a
 // shutdown of writing while the other direction keeps flowing.
-func TestHalfClose(t *testing.T) {
+func TestHalfClose(t *testing.T) { forEachEngine(t, testHalfClose) }
+
+func testHalfClose(t *testing.T) {
 	t.Run("client-closes-first", func(t *testing.T) {
 		leakCheck(t)
 		// The target reads to EOF, then answers.
@@ -119,7 +123,9 @@ func TestHalfClose(t *testing.T) {
 	})
 }
 
-func TestIdleTimeout(t *testing.T) {
+func TestIdleTimeout(t *testing.T) { forEachEngine(t, testIdleTimeout) }
+
+func testIdleTimeout(t *testing.T) {
 	leakCheck(t)
 	b := startBackend(t, "tcp4", echo)
 	const idle = 600 * time.Millisecond
@@ -162,7 +168,9 @@ func waitFor(t testing.TB, cond func() bool) {
 	t.Fatal("condition not reached in 5 s")
 }
 
-func TestConnectionLimits(t *testing.T) {
+func TestConnectionLimits(t *testing.T) { forEachEngine(t, testConnectionLimits) }
+
+func testConnectionLimits(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		mod  func(*Config)
@@ -218,7 +226,9 @@ func ping(c net.Conn) error {
 	return nil
 }
 
-func TestACL(t *testing.T) {
+func TestACL(t *testing.T) { forEachEngine(t, testACL) }
+
+func testACL(t *testing.T) {
 	b := startBackend(t, "tcp4", echo)
 	for _, tc := range []struct {
 		name        string
@@ -271,7 +281,9 @@ func proxyTarget(t *testing.T) (*backend, chan netip.AddrPort) {
 	return b, got
 }
 
-func TestProxyProtocolSend(t *testing.T) {
+func TestProxyProtocolSend(t *testing.T) { forEachEngine(t, testProxyProtocolSend) }
+
+func testProxyProtocolSend(t *testing.T) {
 	for _, v := range []int{1, 2} {
 		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
 			b, got := proxyTarget(t)
@@ -288,7 +300,9 @@ func TestProxyProtocolSend(t *testing.T) {
 	}
 }
 
-func TestProxyProtocolAccept(t *testing.T) {
+func TestProxyProtocolAccept(t *testing.T) { forEachEngine(t, testProxyProtocolAccept) }
+
+func testProxyProtocolAccept(t *testing.T) {
 	fake := netip.MustParseAddrPort("203.0.113.5:4242")
 	relayDst := netip.MustParseAddrPort("198.51.100.1:443")
 	for _, tc := range []struct {
@@ -335,10 +349,12 @@ func TestProxyProtocolAccept(t *testing.T) {
 	}
 }
 
-func TestGracefulShutdown(t *testing.T) {
+func TestGracefulShutdown(t *testing.T) { forEachEngine(t, testGracefulShutdown) }
+
+func testGracefulShutdown(t *testing.T) {
 	leakCheck(t)
 	b := startBackend(t, "tcp4", echo)
-	s, err := New(route0("127.0.0.1:0", b.addr, nil))
+	s, err := New(withEngine(t, route0("127.0.0.1:0", b.addr, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,10 +398,12 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 }
 
-func TestShutdownTimeoutCloses(t *testing.T) {
+func TestShutdownTimeoutCloses(t *testing.T) { forEachEngine(t, testShutdownTimeoutCloses) }
+
+func testShutdownTimeoutCloses(t *testing.T) {
 	leakCheck(t)
 	b := startBackend(t, "tcp4", echo)
-	s, err := New(route0("127.0.0.1:0", b.addr, nil))
+	s, err := New(withEngine(t, route0("127.0.0.1:0", b.addr, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -403,7 +421,9 @@ func TestShutdownTimeoutCloses(t *testing.T) {
 	}
 }
 
-func TestUpdate(t *testing.T) {
+func TestUpdate(t *testing.T) { forEachEngine(t, testUpdate) }
+
+func testUpdate(t *testing.T) {
 	leakCheck(t)
 	b1 := startBackend(t, "tcp4", echo)
 	b2 := startBackend(t, "tcp4", func(c net.Conn) { io.WriteString(c, "two") })
@@ -444,7 +464,9 @@ func TestUpdate(t *testing.T) {
 	}
 }
 
-func TestWorkers(t *testing.T) {
+func TestWorkers(t *testing.T) { forEachEngine(t, testWorkers) }
+
+func testWorkers(t *testing.T) {
 	leakCheck(t)
 	b := startBackend(t, "tcp4", echo)
 	s := startRelay(t, route0("127.0.0.1:0", b.addr, func(r *Route) { r.Workers = 3 }))
@@ -461,13 +483,15 @@ func TestWorkers(t *testing.T) {
 	}
 }
 
-func TestStartErrors(t *testing.T) {
+func TestStartErrors(t *testing.T) { forEachEngine(t, testStartErrors) }
+
+func testStartErrors(t *testing.T) {
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	s, err := New(route0(ln.Addr().String(), mustAddr(t, "tcp://127.0.0.1:9"), nil))
+	s, err := New(withEngine(t, route0(ln.Addr().String(), mustAddr(t, "tcp://127.0.0.1:9"), nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -484,17 +508,19 @@ func TestStartErrors(t *testing.T) {
 // second Start serves every route, and Shutdown then returns (the routes
 // the failed Start had opened and closed are opened anew, not left
 // half-stopped).
-func TestStartAgain(t *testing.T) {
+func TestStartAgain(t *testing.T) { forEachEngine(t, testStartAgain) }
+
+func testStartAgain(t *testing.T) {
 	leakCheck(t)
 	busy, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := startBackend(t, "tcp4", echo)
-	s, err := New(Config{Routes: []Route{
+	s, err := New(withEngine(t, Config{Routes: []Route{
 		{Name: "a", Listen: Addr{Network: "tcp", Address: "127.0.0.1:0"}, Target: b.addr},
 		{Name: "b", Listen: Addr{Network: "tcp", Address: busy.Addr().String()}, Target: b.addr},
-	}})
+	}}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +545,9 @@ func TestStartAgain(t *testing.T) {
 	}
 }
 
-func TestDialFailure(t *testing.T) {
+func TestDialFailure(t *testing.T) { forEachEngine(t, testDialFailure) }
+
+func testDialFailure(t *testing.T) {
 	leakCheck(t)
 	ln, _ := net.Listen("tcp4", "127.0.0.1:0")
 	dead := ln.Addr().String()
@@ -535,7 +563,9 @@ func TestDialFailure(t *testing.T) {
 
 // TestChurnNoLeak opens and closes many short connections, some reset
 // mid-transfer, and checks goroutines and fds return to where they were.
-func TestChurnNoLeak(t *testing.T) {
+func TestChurnNoLeak(t *testing.T) { forEachEngine(t, testChurnNoLeak) }
+
+func testChurnNoLeak(t *testing.T) {
 	leakCheck(t)
 	b := startBackend(t, "tcp4", echo)
 	s := startRelay(t, route0("127.0.0.1:0", b.addr, func(r *Route) { r.IdleTimeout = time.Second }))
@@ -566,7 +596,9 @@ func TestChurnNoLeak(t *testing.T) {
 // TestIdleHoldsNoPipe: relayed connections that have moved bytes, short
 // messages (read and written) and bulk (spliced), and gone quiet hold no
 // pipe and no pooled buffer (splice's gauges).
-func TestIdleHoldsNoPipe(t *testing.T) {
+func TestIdleHoldsNoPipe(t *testing.T) { forEachEngine(t, testIdleHoldsNoPipe) }
+
+func testIdleHoldsNoPipe(t *testing.T) {
 	leakCheck(t)
 	b := startBackend(t, "tcp4", echo)
 	s := startRelay(t, route0("127.0.0.1:0", b.addr, nil))
@@ -618,7 +650,9 @@ func TestIdleHoldsNoPipe(t *testing.T) {
 // per-client limit took no slot, so its end must give none back. With the
 // limit raised to 1 by Update, a client holding one connection is refused
 // a second even after that older connection ends.
-func TestUpdatePerClientLimit(t *testing.T) {
+func TestUpdatePerClientLimit(t *testing.T) { forEachEngine(t, testUpdatePerClientLimit) }
+
+func testUpdatePerClientLimit(t *testing.T) {
 	leakCheck(t)
 	b := startBackend(t, "tcp4", echo)
 	cfg := route0("127.0.0.1:0", b.addr, nil)
@@ -652,7 +686,9 @@ func TestUpdatePerClientLimit(t *testing.T) {
 // TestRebindKeepsLimits: a rebind (here to two workers) replaces the
 // route's listeners, but the relays it accepted before still count
 // against its limits and in its Stats.
-func TestRebindKeepsLimits(t *testing.T) {
+func TestRebindKeepsLimits(t *testing.T) { forEachEngine(t, testRebindKeepsLimits) }
+
+func testRebindKeepsLimits(t *testing.T) {
 	leakCheck(t)
 	if err := reusePortSupported(); err != nil {
 		t.Skip(err)
@@ -704,7 +740,9 @@ func TestRebindKeepsLimits(t *testing.T) {
 // TestRebindFails: a route whose new listen address is taken goes on
 // where it was, with its old settings and its connections, and Update
 // names it.
-func TestRebindFails(t *testing.T) {
+func TestRebindFails(t *testing.T) { forEachEngine(t, testRebindFails) }
+
+func testRebindFails(t *testing.T) {
 	leakCheck(t)
 	b := startBackend(t, "tcp4", echo)
 	busy, err := net.Listen("tcp4", "127.0.0.1:0")
@@ -752,7 +790,9 @@ func TestRebindFails(t *testing.T) {
 
 // TestCloseDuringProxyHeader: a client still owing its PROXY header when
 // the server closes is closed with it, not counted as a bad header.
-func TestCloseDuringProxyHeader(t *testing.T) {
+func TestCloseDuringProxyHeader(t *testing.T) { forEachEngine(t, testCloseDuringProxyHeader) }
+
+func testCloseDuringProxyHeader(t *testing.T) {
 	leakCheck(t)
 	b := startBackend(t, "tcp4", echo)
 	s := startRelay(t, route0("127.0.0.1:0", b.addr, func(r *Route) {

@@ -28,7 +28,7 @@ type Server struct {
 	started bool
 	closed  bool
 	routes  map[string]*route
-	conns   map[*pair]struct{}
+	eng     engine
 	connWG  sync.WaitGroup // one per relayed or pending stream connection
 	serveWG sync.WaitGroup // accept loops and UDP readers
 }
@@ -39,7 +39,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	s := &Server{log: cfg.Logger, routes: map[string]*route{}, conns: map[*pair]struct{}{}}
+	s := &Server{log: cfg.Logger, routes: map[string]*route{}}
+	s.eng = newEngine(s, cfg.Engine)
 	s.maxConns.Store(int64(cfg.MaxConns))
 	for i := range cfg.Routes {
 		rt := newRoute(s, cfg.Routes[i], nil)
@@ -126,8 +127,8 @@ func (s *Server) Update(cfg Config) error {
 	}
 	s.mu.Unlock()
 	if len(drained) > 0 {
-		for _, d := range drained { // serveConn takes s.mu
-			d.rt.serveConn(d.c)
+		for _, d := range drained { // the engine takes s.mu
+			s.eng.handoff(d.rt, d.c)
 		}
 		s.serveWG.Done()
 	}
@@ -302,12 +303,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		err = ctx.Err()
 		s.mu.Lock()
-		for p := range s.conns {
-			p.abort(errShutdown)
-		}
+		s.eng.abort(errShutdown)
 		s.mu.Unlock()
 		<-done
 	}
+	s.eng.close()
 	return err
 }
 
@@ -322,22 +322,6 @@ func (s *Server) Close() error {
 }
 
 var errShutdown = errors.New("relay: server shut down")
-
-func (s *Server) track(p *pair) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.conns[p] = struct{}{}
-	return true
-}
-
-func (s *Server) untrack(p *pair) {
-	s.mu.Lock()
-	delete(s.conns, p)
-	s.mu.Unlock()
-}
 
 // route is one configured route with its listeners and counters. A route
 // replaced by Update keeps serving the connections it accepted.
@@ -421,7 +405,7 @@ func (rt *route) addrs() []net.Addr {
 func (rt *route) serve() {
 	for _, ln := range rt.lns {
 		rt.srv.serveWG.Add(1)
-		go rt.acceptLoop(ln)
+		go rt.srv.eng.serve(rt, ln)
 	}
 	if rt.udp != nil {
 		for _, ln := range rt.udp.lns {

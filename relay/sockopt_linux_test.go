@@ -16,7 +16,9 @@ import (
 // relay's sockets of a connection, as the route asks: from the start, and
 // after a reload from the opposite settings, which keeps the listener (so
 // what it was created with must not decide).
-func TestSocketOptions(t *testing.T) {
+func TestSocketOptions(t *testing.T) { forEachEngine(t, testSocketOptions) }
+
+func testSocketOptions(t *testing.T) {
 	for _, tc := range []struct {
 		name                   string
 		nagle                  bool
@@ -65,27 +67,20 @@ func checkSocketOptions(t *testing.T, s *Server, nodelay, keep, idleSec int) {
 		t.Fatal(err)
 	}
 	s.mu.Lock()
-	var conns []net.Conn
-	for p := range s.conns {
-		p.mu.Lock()
-		conns = append(conns, p.client, p.target)
-		p.mu.Unlock()
+	var fds []int
+	for _, ci := range s.eng.inFlight() {
+		fds = append(fds, ci.client, ci.target)
 	}
-	s.mu.Unlock()
-	if len(conns) != 2 {
-		t.Fatalf("%d relay sockets", len(conns))
+	// The sockets stay open while c is: the relay holds them. The options
+	// are read under s.mu, so the list is not stale.
+	defer s.mu.Unlock()
+	if len(fds) != 2 {
+		t.Fatalf("%d relay sockets", len(fds))
 	}
-	for i, sc := range conns {
-		rc, err := sc.(*net.TCPConn).SyscallConn()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var nd, ka, idle int
-		rc.Control(func(fd uintptr) {
-			nd, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY)
-			ka, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE)
-			idle, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_KEEPIDLE)
-		})
+	for i, fd := range fds {
+		nd, _ := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY)
+		ka, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE)
+		idle, _ := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE)
 		side := []string{"client", "target"}[i%2]
 		if nd != nodelay || ka != keep || (idleSec > 0 && idle != idleSec) {
 			t.Errorf("%s side: TCP_NODELAY %d SO_KEEPALIVE %d TCP_KEEPIDLE %d; want %d %d %d", side, nd, ka, idle, nodelay, keep, idleSec)
@@ -128,7 +123,9 @@ func silentTarget(t *testing.T) string {
 // TestCloseDuringDial: Close closes every connection at once, also one
 // whose dial to the target is in progress, rather than waiting out the
 // route's DialTimeout. An aborted dial is not a dial error.
-func TestCloseDuringDial(t *testing.T) {
+func TestCloseDuringDial(t *testing.T) { forEachEngine(t, testCloseDuringDial) }
+
+func testCloseDuringDial(t *testing.T) {
 	leakCheck(t)
 	s := startRelay(t, route0("127.0.0.1:0", mustAddr(t, "tcp://"+silentTarget(t)), func(r *Route) { r.DialTimeout = 30 * time.Second }))
 	c := dialRoute(t, s, "r")
@@ -136,11 +133,8 @@ func TestCloseDuringDial(t *testing.T) {
 	waitFor(t, func() bool { // the pair is about to dial, or dialing
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		for p := range s.conns {
-			p.mu.Lock()
-			dialing := p.cancel != nil
-			p.mu.Unlock()
-			return dialing
+		for _, ci := range s.eng.inFlight() {
+			return ci.dialing
 		}
 		return false
 	})

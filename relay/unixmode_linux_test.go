@@ -30,7 +30,9 @@ func TestUnixModeBeforeBind(t *testing.T) {
 
 // TestUnixOwner relays through a Unix listen socket given away to another
 // owner (root only) and group, by numeric id and by name.
-func TestUnixOwner(t *testing.T) {
+func TestUnixOwner(t *testing.T) { forEachEngine(t, testUnixOwner) }
+
+func testUnixOwner(t *testing.T) {
 	be := startBackend(t, "tcp4", echo)
 	path := filepath.Join(shortTempDir(t), "o.sock")
 	wantUID, wantGID := os.Geteuid(), os.Getegid()

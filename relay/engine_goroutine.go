@@ -13,8 +13,59 @@ import (
 	"github.com/zeroio/zeroio/internal/proxyproto"
 )
 
+// goroutineEngine is the portable engine: a goroutine accepts on each
+// listener, and each connection is relayed by goroutines of its own that
+// block in the netpoller (package net), one per direction.
+type goroutineEngine struct {
+	s     *Server
+	conns map[*pair]struct{} // connections in flight, under s.mu
+}
+
+func newGoroutineEngine(s *Server) *goroutineEngine {
+	return &goroutineEngine{s: s, conns: map[*pair]struct{}{}}
+}
+
+func (e *goroutineEngine) serve(rt *route, ln net.Listener) { e.acceptLoop(rt, ln) }
+
+func (e *goroutineEngine) handoff(rt *route, c net.Conn) { e.serveConn(rt, c) }
+
+// abort closes every connection in flight; s.mu is held.
+func (e *goroutineEngine) abort(why error) {
+	for p := range e.conns {
+		p.abort(why)
+	}
+}
+
+func (e *goroutineEngine) close() {}
+
+// inFlight lists the connections in flight; s.mu is held.
+func (e *goroutineEngine) inFlight() []connInfo {
+	var cs []connInfo
+	for p := range e.conns {
+		p.mu.Lock()
+		ci := connInfo{client: fdOf(p.client), target: -1, dialing: p.cancel != nil && p.target == nil}
+		if p.target != nil {
+			ci.target = fdOf(p.target)
+		}
+		p.mu.Unlock()
+		cs = append(cs, ci)
+	}
+	return cs
+}
+
+// fdOf returns c's descriptor, or -1.
+func fdOf(c net.Conn) int {
+	fd := -1
+	if sc, ok := c.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			rc.Control(func(f uintptr) { fd = int(f) })
+		}
+	}
+	return fd
+}
+
 // acceptLoop serves one listener until it is closed.
-func (rt *route) acceptLoop(ln net.Listener) {
+func (e *goroutineEngine) acceptLoop(rt *route, ln net.Listener) {
 	defer rt.srv.serveWG.Done()
 	var delay time.Duration
 	for {
@@ -42,13 +93,13 @@ func (rt *route) acceptLoop(ln net.Listener) {
 			continue
 		}
 		delay = 0
-		rt.serveConn(c)
+		e.serveConn(rt, c)
 	}
 }
 
 // serveConn relays an accepted connection under the route's current
 // settings, if its limits and the server let it in.
-func (rt *route) serveConn(c net.Conn) {
+func (e *goroutineEngine) serveConn(rt *route, c net.Conn) {
 	rt.st.accepted.Add(1)
 	r := rt.cfg.Load()
 	if !rt.admit(r) {
@@ -56,8 +107,8 @@ func (rt *route) serveConn(c net.Conn) {
 		c.Close()
 		return
 	}
-	p := &pair{rt: rt, cfg: r, client: c}
-	if !rt.srv.track(p) {
+	p := &pair{e: e, rt: rt, cfg: r, client: c}
+	if !e.track(p) {
 		rt.release(p)
 		c.Close()
 		return
@@ -111,6 +162,7 @@ func (rt *route) admitClient(p *pair) bool {
 
 // pair is one relayed stream connection: client and target.
 type pair struct {
+	e         *goroutineEngine
 	rt        *route
 	cfg       *Route
 	client    net.Conn
@@ -159,7 +211,7 @@ func (p *pair) run() {
 // place among the server's connections.
 func (p *pair) end() {
 	p.rt.release(p)
-	p.rt.srv.untrack(p)
+	p.e.untrack(p)
 	p.rt.srv.connWG.Done()
 }
 
@@ -375,4 +427,21 @@ func setNoDelay(c net.Conn, on bool) {
 	if tc, ok := c.(*net.TCPConn); ok {
 		tc.SetNoDelay(on)
 	}
+}
+
+func (e *goroutineEngine) track(p *pair) bool {
+	s := e.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	e.conns[p] = struct{}{}
+	return true
+}
+
+func (e *goroutineEngine) untrack(p *pair) {
+	e.s.mu.Lock()
+	delete(e.conns, p)
+	e.s.mu.Unlock()
 }

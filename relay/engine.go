@@ -1,0 +1,77 @@
+package relay
+
+import (
+	"fmt"
+	"net"
+	"runtime"
+)
+
+// engine moves the bytes of a Server's stream routes. Every engine applies
+// the same route-level policy (admit and release, allowed, the PROXY
+// header in and out, the counters); what differs is how connections wait:
+// goroutines in the netpoller, or event loops of the engine's own.
+type engine interface {
+	// serve accepts on ln, one of rt's stream listeners, and relays every
+	// admitted connection until rt stops or ln closes. It runs on a
+	// goroutine counted in the Server's serveWG, and calls Done on it
+	// when it no longer accepts.
+	serve(rt *route, ln net.Listener)
+	// handoff relays c, taken from the accept queue of one of rt's
+	// listeners as it stopped (Update), as if serve had accepted it.
+	handoff(rt *route, c net.Conn)
+	// abort ends every connection in flight, dials and PROXY header reads
+	// included, with why as the cause. The Server's mu is held.
+	abort(why error)
+	// close releases what the engine holds, after Shutdown saw every
+	// connection end. It may be called more than once.
+	close()
+	// inFlight lists the connections in flight, for tests. The Server's
+	// mu is held.
+	inFlight() []connInfo
+}
+
+// connInfo describes a connection in flight: its sockets (-1 for none
+// yet) and whether the dial to its target is under way.
+type connInfo struct {
+	client, target int
+	dialing        bool
+}
+
+// Engine names for [Config].Engine.
+const (
+	// EngineGoroutine relays each connection on goroutines of its own
+	// that wait in Go's netpoller; it runs on every platform.
+	EngineGoroutine = "goroutine"
+	// EngineEvent relays every connection from a few event loops (one
+	// per CPU) with no goroutine per connection: Linux only.
+	EngineEvent = "event"
+)
+
+// engineNames lists the engines this platform can run, the default first.
+func engineNames() []string { return availableEngines }
+
+// checkEngine reports whether name is an engine this platform runs.
+func checkEngine(name string) error {
+	if name == "" {
+		return nil
+	}
+	for _, n := range availableEngines {
+		if n == name {
+			return nil
+		}
+	}
+	switch name {
+	case EngineGoroutine, EngineEvent:
+		return fmt.Errorf("engine %q is not supported on %s", name, runtime.GOOS)
+	}
+	return fmt.Errorf("unknown engine %q: want %q or %q", name, EngineEvent, EngineGoroutine)
+}
+
+// newEngine returns the engine named (checked by checkEngine), or for ""
+// the platform's default.
+func newEngine(s *Server, name string) engine {
+	if name == "" {
+		name = availableEngines[0]
+	}
+	return newPlatformEngine(s, name)
+}
