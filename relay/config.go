@@ -29,15 +29,25 @@ const (
 	DefaultUDPBuffer = 4 << 20
 )
 
-// Route relays every connection or datagram arriving at Listen to Target.
-// Zero fields take the defaults above.
+// Route relays every connection or datagram arriving at Listen to one of
+// its Targets. Zero fields take the defaults above.
 type Route struct {
 	// Name identifies the route in logs, metrics and [Server.Update]; it
 	// defaults to Listen's string form.
 	Name string
-	// Listen must carry an explicit host; Target may be any pairing of
-	// stream networks (TCP to Unix and back), or UDP to UDP.
-	Listen, Target Addr
+	// Listen must carry an explicit host.
+	Listen Addr
+	// Targets are where clients go, chosen by Balance; stream routes may
+	// mix TCP and Unix targets (and pair with either kind of listen
+	// address), UDP routes take UDP targets. Target is a shorthand for a
+	// single target of weight 1; give one or the other.
+	Targets []Target
+	Target  Addr
+	// Balance spreads new clients over Targets; "" is [RoundRobin].
+	Balance Balance
+	// HealthCheck configures active health checks; by default health is
+	// passive (see [HealthCheck]).
+	HealthCheck HealthCheck
 
 	// Workers is the number of listening sockets in one SO_REUSEPORT
 	// group (Linux): TCP listeners that share accepting, or UDP sockets
@@ -69,8 +79,11 @@ type Route struct {
 	AcceptProxy        bool
 	TrustedProxies     []netip.Prefix
 	ProxyHeaderTimeout time.Duration
-	// KeepAlive is the TCP keep-alive period on both sides: 0 uses Go's
-	// default (15 s), negative disables keep-alive.
+	// KeepAlive turns TCP keep-alive on for both of a connection's
+	// sockets, probing after this long idle (TCP_KEEPIDLE; Go's
+	// default interval and count). 0, the default, is
+	// no keep-alive and no system call to set it, as HAProxy's default:
+	// IdleTimeout is what ends a silent connection.
 	KeepAlive time.Duration
 	// Nagle enables Nagle's algorithm (clears TCP_NODELAY) on both sides;
 	// by default segments leave at once.
@@ -122,6 +135,11 @@ type Config struct {
 	// every platform), or "" for the platform's best. [New] reads it;
 	// [Server.Update] keeps the engine the Server started with.
 	Engine string
+	// ConnLog is the level of the line logged for each finished stream
+	// connection (client, route, target, bytes each way, duration, why it
+	// ended); nil is slog.LevelDebug, and [ConnLogOff] logs none. Whether
+	// a line is written is then up to Logger's handler.
+	ConnLog slog.Leveler
 }
 
 // withDefaults returns r with zero fields filled in.
@@ -131,6 +149,12 @@ func (r Route) withDefaults() Route {
 	}
 	if r.Workers <= 0 {
 		r.Workers = 1
+	}
+	if len(r.Targets) == 0 && r.Target.Network != "" {
+		r.Targets = []Target{{Addr: r.Target, Weight: 1}}
+	}
+	if r.Balance == "" {
+		r.Balance = RoundRobin
 	}
 	if r.DialTimeout <= 0 {
 		r.DialTimeout = DefaultDialTimeout
@@ -153,14 +177,10 @@ func (r Route) withDefaults() Route {
 func (r *Route) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	switch {
-	case r.Listen.Network == "":
+	if r.Listen.Network == "" {
 		bad("no listen address")
-	case r.Target.Network == "":
-		bad("no target address")
-	case r.Listen.Datagram() != r.Target.Datagram():
-		bad("cannot relay %s to %s: UDP relays only to UDP, streams only to TCP or Unix", r.Listen, r.Target)
 	}
+	r.validateTargets(bad)
 	if r.Workers > 1 && r.Listen.Network == "unix" {
 		bad("workers > 1 needs a TCP or UDP listen address (a Unix socket path has one listener)")
 	}

@@ -107,7 +107,7 @@ func (e *goroutineEngine) serveConn(rt *route, c net.Conn) {
 		c.Close()
 		return
 	}
-	p := &pair{e: e, rt: rt, cfg: r, client: c}
+	p := &pair{e: e, rt: rt, cfg: r, client: c, start: time.Now()}
 	if !e.track(p) {
 		rt.release(p)
 		c.Close()
@@ -169,6 +169,11 @@ type pair struct {
 	target    net.Conn
 	clientIP  netip.Addr // the client's address, from a PROXY header if any
 	perClient bool       // clientIP took a slot under MaxConnsPerClient
+	src       netip.AddrPort
+	b         *backend  // the target dialled
+	start     time.Time // accepted
+	up, down  uint64    // bytes each way, each written by its half only
+	endFirst  endReason // the side whose EOF came first: endClientClosed or endTargetClosed
 
 	mu      sync.Mutex
 	aborted bool
@@ -273,11 +278,12 @@ func (p *pair) connect() bool {
 	if aborted { // Shutdown closed the client already
 		return false
 	}
-	d := net.Dialer{Timeout: r.DialTimeout, KeepAlive: r.KeepAlive}
-	t, err := d.DialContext(ctx, r.Target.Network, r.Target.Address)
+	p.src = src
+	t, b, err := rt.dialTarget(ctx, r, p.clientIP)
 	p.mu.Lock()
 	if err == nil {
-		p.target = t
+		p.target, p.b = t, b
+		b.connStart()
 	}
 	aborted = p.aborted
 	p.mu.Unlock()
@@ -289,7 +295,7 @@ func (p *pair) connect() bool {
 	}
 	if err != nil {
 		rt.st.errDial.Add(1)
-		log.Warn("dial failed", "route", rt.name, "client", src, "target", r.Target.String(), "err", err)
+		rt.logEnd(src, nil, 0, 0, p.start, endNoTarget)
 		p.client.Close()
 		return false
 	}
@@ -325,9 +331,10 @@ func (p *pair) relay() {
 		p.mu.Unlock()
 	}
 	done := make(chan struct{})
-	go func() { p.half(p.target, p.client, &rt.st.bytesUp); close(done) }()
-	p.half(p.client, p.target, &rt.st.bytesDown)
+	go func() { p.half(p.target, p.client, &rt.st.bytesUp, &p.up, endClientClosed); close(done) }()
+	p.half(p.client, p.target, &rt.st.bytesDown, &p.down, endTargetClosed)
 	<-done
+	p.b.connEnd(p.up, p.down)
 	p.mu.Lock()
 	if p.timer != nil {
 		p.timer.Stop()
@@ -337,27 +344,39 @@ func (p *pair) relay() {
 	p.mu.Unlock()
 	p.client.Close()
 	p.target.Close()
+	end := p.endFirst
 	switch why {
-	case nil, errShutdown:
+	case nil:
+	case errShutdown:
+		end = endShutdown
 	case errIdle:
 		rt.st.idleTimeouts.Add(1)
+		end = endIdle
 		rt.srv.log.Debug("idle timeout", "route", rt.name, "client", p.clientIP)
 	default:
 		rt.st.errCopy.Add(1)
+		end = endReset
 		rt.srv.log.Debug("relay ended with error", "route", rt.name, "client", p.clientIP, "err", why)
 	}
 	rt.st.relayed.Add(1)
+	rt.logEnd(p.src, p.b, p.up, p.down, p.start, end)
 }
 
 // half copies src to dst. At EOF it shuts down writing on dst, passing
 // the half-close on while the other direction keeps flowing; on an error
 // it aborts both directions, and the first error is the pair's cause.
-func (p *pair) half(dst, src net.Conn, count *atomic.Uint64) {
+func (p *pair) half(dst, src net.Conn, count *atomic.Uint64, mine *uint64, eof endReason) {
 	_, err := copyStream(dst, src, func(n int64) {
 		p.last.Store(time.Now().UnixNano())
 		count.Add(uint64(n))
+		*mine += uint64(n)
 	})
 	if err == nil {
+		p.mu.Lock()
+		if p.endFirst == 0 {
+			p.endFirst = eof
+		}
+		p.mu.Unlock()
 		cw, ok := dst.(interface{ CloseWrite() error })
 		if !ok {
 			return
@@ -414,11 +433,12 @@ func (p *pair) checkIdle() {
 	p.mu.Unlock()
 }
 
-// setKeepAlive sets keep-alive on an accepted connection as net.Dialer
-// does on the target side with KeepAlive: period: Go's default for 0, off
-// (the listener's default) for a negative period.
+// setKeepAlive turns keep-alive on for an accepted connection when the
+// route asks for it (a positive period), as the dial does on the target
+// side; otherwise the socket is left as accepted, without keep-alive (the
+// listener's setting), and no system call is made.
 func setKeepAlive(c net.Conn, period time.Duration) {
-	if tc, ok := c.(*net.TCPConn); ok && period >= 0 {
+	if tc, ok := c.(*net.TCPConn); ok && period > 0 {
 		tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: period})
 	}
 }

@@ -28,8 +28,8 @@ func mustAddr(t testing.TB, s string) Addr {
 	return a
 }
 
-// backend is a real target server on loopback or a Unix socket.
-type backend struct {
+// testBackend is a real target server on loopback or a Unix socket.
+type testBackend struct {
 	ln    net.Listener
 	addr  Addr
 	wg    sync.WaitGroup
@@ -39,7 +39,7 @@ type backend struct {
 
 // startBackend serves handler for every connection on network ("tcp4",
 // "tcp6" or "unix").
-func startBackend(t testing.TB, network string, handler func(net.Conn)) *backend {
+func startBackend(t testing.TB, network string, handler func(net.Conn)) *testBackend {
 	t.Helper()
 	var ln net.Listener
 	var err error
@@ -60,7 +60,7 @@ func startBackend(t testing.TB, network string, handler func(net.Conn)) *backend
 	if network != "unix" {
 		a = Addr{Network: "tcp", Address: ln.Addr().String()}
 	}
-	b := &backend{ln: ln, addr: a}
+	b := &testBackend{ln: ln, addr: a}
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()

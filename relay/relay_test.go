@@ -267,7 +267,7 @@ func testACL(t *testing.T) {
 }
 
 // proxyTarget reads a PROXY header and reports the source it names.
-func proxyTarget(t *testing.T) (*backend, chan netip.AddrPort) {
+func proxyTarget(t *testing.T) (*testBackend, chan netip.AddrPort) {
 	got := make(chan netip.AddrPort, 10)
 	b := startBackend(t, "tcp4", func(c net.Conn) {
 		h, err := proxyproto.ReadHeader(c)

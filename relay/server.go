@@ -19,6 +19,7 @@ var ErrServerClosed = errors.New("relay: server closed")
 // Server runs a set of routes. Its methods are safe for concurrent use.
 type Server struct {
 	log      *slog.Logger
+	connLog  slog.Level
 	maxConns atomic.Int64
 	active   atomic.Int64 // stream relays in progress, all routes
 
@@ -39,7 +40,10 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	s := &Server{log: cfg.Logger, routes: map[string]*route{}}
+	s := &Server{log: cfg.Logger, routes: map[string]*route{}, connLog: slog.LevelDebug}
+	if cfg.ConnLog != nil {
+		s.connLog = cfg.ConnLog.Level()
+	}
 	s.eng = newEngine(s, cfg.Engine)
 	s.maxConns.Store(int64(cfg.MaxConns))
 	for i := range cfg.Routes {
@@ -163,6 +167,7 @@ func (s *Server) update(cfg Config, targets map[string]*resolved) ([]handoff, er
 		switch {
 		case !ok:
 			s.log.Info("route removed", "route", name)
+			rt.targets().close()
 		case r.Listen != cur.Listen || r.Workers != cur.Workers || r.UnixMode != cur.UnixMode ||
 			r.UnixUser != cur.UnixUser || r.UnixGroup != cur.UnixGroup:
 			s.log.Info("route rebinding", "route", name, "listen", r.Listen.String())
@@ -205,7 +210,7 @@ func (s *Server) update(cfg Config, targets map[string]*resolved) ([]handoff, er
 			rt.serve()
 		}
 		s.routes[n] = rt
-		s.log.Info("route added", "route", n, "listen", rt.cfg.Load().Listen.String(), "target", rt.cfg.Load().Target.String())
+		s.log.Info("route added", "route", n, "listen", rt.cfg.Load().Listen.String(), "targets", rt.targets().String())
 	}
 	return queue, errors.Join(errs...)
 }
@@ -223,17 +228,17 @@ func (s *Server) resolveUDPTargets(cfg Config) map[string]*resolved {
 	s.mu.Lock()
 	for name, rt := range s.routes {
 		if rt.udp != nil {
-			cur[name] = known{rt.cfg.Load().Target, rt.udp.target.Load()}
+			cur[name] = known{rt.cfg.Load().Targets[0].Addr, rt.udp.target.Load()}
 		}
 	}
 	s.mu.Unlock()
 	out := map[string]*resolved{}
 	for i := range cfg.Routes {
 		r := &cfg.Routes[i]
-		if !r.Target.Datagram() {
+		if !r.Listen.Datagram() {
 			continue
 		}
-		if k, ok := cur[r.Name]; ok && k.target == r.Target {
+		if k, ok := cur[r.Name]; ok && k.target == r.Targets[0].Addr {
 			out[r.Name] = &resolved{tg: k.tg}
 			continue
 		}
@@ -291,6 +296,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.closed = true
 	for _, rt := range s.routes {
 		rt.stop()
+		rt.targets().close()
 	}
 	s.mu.Unlock()
 	s.serveWG.Wait()
@@ -347,6 +353,9 @@ type load struct {
 	clients  map[netip.Addr]int
 
 	st counters
+	// targets is the route's target set, carried over a rebind with the
+	// rest of the load so that health and per-target counters go on.
+	targets atomic.Pointer[targetSet]
 }
 
 // newRoute returns a route for r, sharing l if not nil.
@@ -356,6 +365,7 @@ func newRoute(s *Server, r Route, l *load) *route {
 	}
 	rt := &route{srv: s, name: r.Name, done: make(chan struct{}), load: l}
 	rt.cfg.Store(&r)
+	rt.swapTargets(&r)
 	return rt
 }
 
@@ -369,7 +379,21 @@ func (rt *route) update(r Route, tg *resolved) error {
 		}
 	}
 	rt.cfg.Store(&r)
+	if ts := rt.swapTargets(&r); rt.srv.started {
+		ts.startChecks(rt.srv)
+	}
 	return nil
+}
+
+// swapTargets gives rt a target set for r that keeps the backends of the
+// current one it still has, and stops the current one's checks. It
+// returns the new set, whose checks have not started.
+func (rt *route) swapTargets(r *Route) *targetSet {
+	old := rt.load.targets.Load()
+	ts := newTargetSet(rt, r, old)
+	rt.load.targets.Store(ts)
+	old.close()
+	return ts
 }
 
 func (rt *route) open() error { return rt.openAt(rt.cfg.Load(), nil) }
@@ -387,7 +411,7 @@ func (rt *route) openAt(r *Route, tg *resolved) error {
 	if err != nil {
 		return fmt.Errorf("route %q: %w", rt.name, err)
 	}
-	rt.srv.log.Info("listening", "route", rt.name, "listen", rt.addrs()[0].String(), "target", r.Target.String(), "workers", len(rt.addrs()))
+	rt.srv.log.Info("listening", "route", rt.name, "listen", rt.addrs()[0].String(), "targets", rt.targets().String(), "workers", len(rt.addrs()))
 	return nil
 }
 
@@ -403,6 +427,7 @@ func (rt *route) addrs() []net.Addr {
 }
 
 func (rt *route) serve() {
+	rt.targets().startChecks(rt.srv)
 	for _, ln := range rt.lns {
 		rt.srv.serveWG.Add(1)
 		go rt.srv.eng.serve(rt, ln)

@@ -25,9 +25,9 @@ func testSocketOptions(t *testing.T) {
 		keepAlive              time.Duration
 		nodelay, keep, idleSec int
 	}{
-		{"defaults", false, 0, 1, 1, 15},
+		// No keep-alive unless asked, as HAProxy: no setsockopt at all.
+		{"defaults", false, 0, 1, 0, -1},
 		{"nagle-keepalive-30s", true, 30 * time.Second, 0, 1, 30},
-		{"no-keepalive", false, -1, 1, 0, -1},
 	} {
 		for _, reload := range []bool{false, true} {
 			name := tc.name
@@ -43,8 +43,8 @@ func testSocketOptions(t *testing.T) {
 				}
 				s := startRelay(t, route0("127.0.0.1:0", b.addr, func(r *Route) {
 					r.Nagle, r.KeepAlive = !tc.nagle, 45*time.Second
-					if tc.keepAlive >= 0 {
-						r.KeepAlive = -1
+					if tc.keepAlive > 0 {
+						r.KeepAlive = 0
 					}
 				}))
 				if err := s.Update(cfg); err != nil {

@@ -62,11 +62,12 @@ func (res *resolved) get(r *Route) (*udpTarget, error) {
 }
 
 func resolveTarget(r *Route) (*udpTarget, error) {
-	ta, err := net.ResolveUDPAddr(r.Target.Network, r.Target.Address)
+	t := r.Targets[0].Addr
+	ta, err := net.ResolveUDPAddr(t.Network, t.Address)
 	if err != nil {
 		return nil, err
 	}
-	return &udpTarget{r.Target.Network, netip.AddrPortFrom(ta.AddrPort().Addr().Unmap(), ta.AddrPort().Port())}, nil
+	return &udpTarget{t.Network, netip.AddrPortFrom(ta.AddrPort().Addr().Unmap(), ta.AddrPort().Port())}, nil
 }
 
 // update applies a reload's r to the route's sockets: new sessions go to
@@ -74,7 +75,7 @@ func resolveTarget(r *Route) (*udpTarget, error) {
 // flow goes on), and the listening sockets take r's buffer size. On an
 // error nothing has changed.
 func (u *udpRoute) update(cur, r *Route, res *resolved) error {
-	if r.Target != cur.Target {
+	if r.Targets[0].Addr != cur.Targets[0].Addr {
 		tg, err := res.get(r)
 		if err != nil {
 			return err

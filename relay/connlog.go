@@ -1,0 +1,63 @@
+package relay
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"time"
+)
+
+// ConnLogOff is a [Config.ConnLog] level no handler enables: no line per
+// connection.
+const ConnLogOff = slog.Level(1 << 20)
+
+// endReason is why a relayed connection ended.
+type endReason uint8
+
+const (
+	endClientClosed endReason = iota + 1 // the client's EOF came first
+	endTargetClosed                      // the target's EOF came first
+	endIdle                              // nothing moved for IdleTimeout
+	endReset                             // a read or write failed (a reset, mostly)
+	endShutdown                          // Shutdown's deadline or Close
+	endNoTarget                          // no target answered the dial
+)
+
+var endNames = [...]string{
+	endClientClosed: "client closed",
+	endTargetClosed: "target closed",
+	endIdle:         "idle timeout",
+	endReset:        "reset",
+	endShutdown:     "shutdown",
+	endNoTarget:     "no target answered",
+}
+
+func (e endReason) String() string {
+	if int(e) < len(endNames) && endNames[e] != "" {
+		return endNames[e]
+	}
+	return "ended"
+}
+
+// logEnd writes the line for one finished connection, as HAProxy's
+// tcplog: client, route, target, bytes each way (up is client to
+// target), duration and why it ended, at the Config's ConnLog level.
+// b is nil when no target was reached.
+func (rt *route) logEnd(client netip.AddrPort, b *backend, up, down uint64, start time.Time, why endReason) {
+	log, lvl := rt.srv.log, rt.srv.connLog
+	ctx := context.Background()
+	if !log.Enabled(ctx, lvl) {
+		return
+	}
+	c, t := "-", "-"
+	if client.IsValid() {
+		c = client.String()
+	}
+	if b != nil {
+		t = b.addr.String()
+	}
+	log.LogAttrs(ctx, lvl, "connection",
+		slog.String("client", c), slog.String("route", rt.name), slog.String("target", t),
+		slog.Uint64("bytes_up", up), slog.Uint64("bytes_down", down),
+		slog.Duration("duration", time.Since(start)), slog.String("end", why.String()))
+}

@@ -1,0 +1,108 @@
+package relay
+
+import (
+	"net"
+	"time"
+)
+
+// Passive health: what a client's dial tells of a target.
+
+// dialFailed marks b down after a failed or timed-out dial: for a
+// backoff of 1 s doubling with each failure in a row up to 30 s, or,
+// when active checks run, until they pass Rise times.
+func (b *backend) dialFailed(err error) {
+	b.dialFails.Add(1)
+	n := b.failStreak.Add(1)
+	if b.checked.Load() {
+		b.rise.Store(0)
+		b.downUntil.Store(noRetry)
+	} else {
+		d := minBackoff << min(n-1, 5)
+		b.downUntil.Store(time.Now().Add(min(d, maxBackoff)).UnixNano())
+	}
+	b.logState(b.rt.srv.log, true, "dial failed", err)
+}
+
+// dialOK clears a failed dial's mark: the target answers.
+func (b *backend) dialOK() {
+	if b.failStreak.Load() == 0 && b.downUntil.Load() == 0 {
+		return // the common case: no write to a shared line
+	}
+	b.failStreak.Store(0)
+	b.downUntil.Store(0)
+	b.logState(b.rt.srv.log, false, "dial succeeded", nil)
+}
+
+// Active health: a checker per target while the set is in use.
+
+// startChecks runs a checker for each target if the set has active
+// checks, until close. The checkers count in the server's serveWG, so
+// Shutdown waits for them.
+func (ts *targetSet) startChecks(s *Server) {
+	if ts.check.Interval <= 0 {
+		return
+	}
+	for _, b := range ts.bs {
+		s.serveWG.Add(1)
+		go func() {
+			defer s.serveWG.Done()
+			ts.checkLoop(b)
+		}()
+	}
+}
+
+func (ts *targetSet) checkLoop(b *backend) {
+	c := ts.check
+	rise, fall := int32(c.Rise), int32(c.Fall)
+	if rise <= 0 {
+		rise = 2
+	}
+	if fall <= 0 {
+		fall = 3
+	}
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = min(c.Interval, ts.dialTO)
+	}
+	ctx := ts.ctx
+	t := time.NewTimer(0) // the first check at once
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		d := net.Dialer{Timeout: timeout, KeepAlive: -1}
+		conn, err := d.DialContext(ctx, b.network, b.address)
+		select {
+		case <-ctx.Done():
+			if conn != nil {
+				conn.Close()
+			}
+			return
+		default:
+		}
+		if err == nil {
+			conn.Close()
+			b.fall.Store(0)
+			if b.downUntil.Load() != 0 && b.rise.Add(1) >= rise {
+				b.rise.Store(0)
+				b.failStreak.Store(0)
+				b.downUntil.Store(0)
+				b.logState(b.rt.srv.log, false, "health check passed", nil)
+			}
+		} else {
+			b.rise.Store(0)
+			if b.downUntil.Load() == 0 && b.fall.Add(1) >= fall {
+				b.fall.Store(0)
+				b.downUntil.Store(noRetry)
+				b.logState(b.rt.srv.log, true, "health check failed", err)
+			} else if b.downUntil.Load() != 0 && b.downUntil.Load() != noRetry {
+				// Down by a dial's backoff: the checks decide now.
+				b.downUntil.Store(noRetry)
+			}
+		}
+		t.Reset(c.Interval)
+	}
+}

@@ -1,0 +1,326 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Target is one backend of a [Route].
+type Target struct {
+	Addr Addr
+	// Weight is the target's share of new clients relative to the route's
+	// other targets, from 0 to [MaxWeight]: a target of weight 2 gets
+	// twice the clients of one of weight 1. A weight of 0 takes no new
+	// client (its connections go on), as HAProxy's weight 0 drains a
+	// server; at least one target needs a positive weight. A Route built
+	// with the single [Route.Target] has it at weight 1.
+	Weight int
+}
+
+// MaxWeight is the largest [Target.Weight], as HAProxy's.
+const MaxWeight = 256
+
+// MaxTargets is the most targets a route may have.
+const MaxTargets = 256
+
+// Balance names how a route spreads new clients over its targets.
+type Balance string
+
+const (
+	// RoundRobin gives each target its weight's share of clients in
+	// turn, interleaved as nginx's smooth weighted round-robin does
+	// (weights 5, 1, 1 give a a b a c a a, not a a a a a b c). The
+	// default.
+	RoundRobin Balance = "round-robin"
+	// LeastConn gives a new client to the target with the fewest active
+	// connections relative to its weight; ties go round in turn.
+	LeastConn Balance = "least-conn"
+	// ClientHash sends each client IP address to the same target for as
+	// long as the set of live targets stays the same, by rendezvous
+	// (highest random weight) hashing: each target scores every client
+	// address and the highest weighted score wins. Adding one target to
+	// n moves only the clients it now wins, about 1/(n+1) of them, and
+	// removing or losing one moves only its own, about 1/n; the others
+	// keep theirs. A route has few targets, so scoring each on every
+	// connection costs less than the lookup table of a ring or Maglev
+	// would need rebuilding on each change, and the result is exact
+	// rather than approximate. Clients without an IP address (Unix
+	// sockets) all hash alike.
+	ClientHash Balance = "client-hash"
+)
+
+func (b Balance) valid() bool {
+	switch b {
+	case "", RoundRobin, LeastConn, ClientHash:
+		return true
+	}
+	return false
+}
+
+// HealthCheck configures active health checks, as HAProxy's `check inter
+// rise fall`: every Interval the relay connects to each target and closes
+// the connection at once (for a UDP route, no check is possible: it is
+// refused). A target is marked down after Fall checks in a row fail, and
+// back up after Rise in a row succeed. Without checks (Interval 0, the
+// default) no goroutine runs and health is passive only: a failed dial
+// marks a target down for a backoff (1 s, doubling to 30 s), after which
+// the next client tries it again. With checks, a target a failed dial
+// marks down stays down until Rise checks pass.
+type HealthCheck struct {
+	// Interval between checks of one target; 0 disables active checks.
+	Interval time.Duration
+	// Timeout bounds each check's connect; 0 is the smaller of Interval
+	// and the route's DialTimeout.
+	Timeout time.Duration
+	// Rise and Fall are the numbers of passed and failed checks in a row
+	// that bring a target up and down; 0 is 2 and 3, HAProxy's defaults.
+	Rise, Fall int
+}
+
+// backend is one target of a route, shared by every target set of the
+// route that still has it, so that its health and counters outlive a
+// reload that keeps it.
+type backend struct {
+	network, address string
+	addr             Addr
+	key              uint64 // hash of addr: the client-hash seed
+	rt               *route // for logs; the route that first had it
+
+	active                 atomic.Int64 // connections relayed to it now
+	conns, dialFails       atomic.Uint64
+	bytesUp, bytesDown     atomic.Uint64
+	downUntil              atomic.Int64 // unix ns; 0 up, noRetry until checks pass
+	failStreak             atomic.Int32 // dial failures in a row, for the backoff
+	checked                atomic.Bool  // active checks decide when it comes back
+	rise, fall             atomic.Int32 // the checker's counts in a row
+	stateMu                sync.Mutex   // orders up/down transitions and their log lines
+	lastLoggedDown, logged bool
+}
+
+const (
+	minBackoff = time.Second
+	maxBackoff = 30 * time.Second
+	noRetry    = int64(^uint64(0) >> 1) // down until an active check brings it up
+)
+
+var hashSeed = maphash.MakeSeed()
+
+func newBackend(rt *route, a Addr) *backend {
+	return &backend{network: a.Network, address: a.Address, addr: a, rt: rt,
+		key: maphash.String(hashSeed, a.Network+"://"+a.Address)}
+}
+
+// isDown reports whether b is marked down at now (unix ns, or 0 if the
+// caller has not read the clock: then only the mark is looked at).
+func (b *backend) isDown(now *int64) bool {
+	d := b.downUntil.Load()
+	if d == 0 {
+		return false
+	}
+	if *now == 0 {
+		*now = time.Now().UnixNano()
+	}
+	return *now < d
+}
+
+// connStart counts a connection relayed to b; connEnd ends it.
+func (b *backend) connStart() {
+	b.active.Add(1)
+	b.conns.Add(1)
+}
+
+func (b *backend) connEnd(up, down uint64) {
+	b.active.Add(-1)
+	b.bytesUp.Add(up)
+	b.bytesDown.Add(down)
+}
+
+// targetSet is a route's targets and balancing policy, immutable but for
+// the policy's cursor; a reload swaps in a new one that keeps the
+// backends (health, counters) of the targets it still has.
+type targetSet struct {
+	bs      []*backend
+	weights []int
+	npos    int // targets with a positive weight: the most one client may try
+	policy  Balance
+	seq     []uint16      // smooth weighted round-robin order
+	next    atomic.Uint64 // round-robin cursor
+	check   HealthCheck   // Interval 0: passive only
+	dialTO  time.Duration
+
+	// ctx ends when the set is replaced or its route ends: it stops the
+	// active checks.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// newTargetSet builds r's target set, taking the backends of old (may be
+// nil) whose address r still has.
+func newTargetSet(rt *route, r *Route, old *targetSet) *targetSet {
+	ts := &targetSet{policy: r.Balance, check: r.HealthCheck, dialTO: r.DialTimeout}
+	ts.ctx, ts.cancel = context.WithCancel(context.Background())
+	if ts.policy == "" {
+		ts.policy = RoundRobin
+	}
+	for _, t := range r.Targets {
+		var b *backend
+		if old != nil {
+			for _, ob := range old.bs {
+				if ob.addr == t.Addr {
+					b = ob
+					break
+				}
+			}
+		}
+		if b == nil {
+			b = newBackend(rt, t.Addr)
+		}
+		b.checked.Store(ts.check.Interval > 0)
+		if ts.check.Interval <= 0 && b.downUntil.Load() == noRetry {
+			// Checks were turned off: retry it as passive health would.
+			b.downUntil.Store(time.Now().Add(minBackoff).UnixNano())
+		}
+		ts.bs = append(ts.bs, b)
+		ts.weights = append(ts.weights, t.Weight)
+		if t.Weight > 0 {
+			ts.npos++
+		}
+	}
+	ts.seq = smoothSequence(ts.weights)
+	return ts
+}
+
+// close stops the set's active checks, if any ran.
+func (ts *targetSet) close() {
+	if ts != nil {
+		ts.cancel()
+	}
+}
+
+// triedSet records the targets one client was given, by index in its
+// target set: up to MaxTargets.
+type triedSet struct{ bits [MaxTargets / 64]uint64 }
+
+func (t *triedSet) add(i int)      { t.bits[i>>6] |= 1 << (i & 63) }
+func (t *triedSet) has(i int) bool { return t.bits[i>>6]&(1<<(i&63)) != 0 }
+
+// pick returns the target for a client that has not been given yet (it
+// records the one it returns in tried), preferring those that are up; a
+// target marked down is returned only when every other is down or
+// tried, so that a target back before its mark expires still serves
+// rather than clients being refused. nil when every target with a
+// positive weight was tried. Allocation-free; safe for concurrent use.
+func (ts *targetSet) pick(client netip.Addr, tried *triedSet) *backend {
+	var now int64
+	for _, anyState := range [2]bool{false, true} {
+		var i int
+		switch ts.policy {
+		case LeastConn:
+			i = ts.pickLeastConn(tried, anyState, &now)
+		case ClientHash:
+			i = ts.pickHash(client, tried, anyState, &now)
+		default:
+			i = ts.pickRoundRobin(tried, anyState, &now)
+		}
+		if i >= 0 {
+			tried.add(i)
+			return ts.bs[i]
+		}
+	}
+	return nil
+}
+
+// eligible reports whether target i may take a new client: a positive
+// weight, not tried, and up unless anyState.
+func (ts *targetSet) eligible(i int, tried *triedSet, anyState bool, now *int64) bool {
+	return ts.weights[i] > 0 && !tried.has(i) && (anyState || !ts.bs[i].isDown(now))
+}
+
+// String lists the targets, for logs.
+func (ts *targetSet) String() string {
+	s := ""
+	for i, b := range ts.bs {
+		if i > 0 {
+			s += ","
+		}
+		s += b.addr.String()
+		if len(ts.bs) > 1 && ts.weights[i] != 1 {
+			s += fmt.Sprintf("*%d", ts.weights[i])
+		}
+	}
+	return s
+}
+
+// logState logs b's transition to down or up once per change.
+func (b *backend) logState(log *slog.Logger, down bool, why string, err error) {
+	b.stateMu.Lock()
+	defer b.stateMu.Unlock()
+	if b.logged && b.lastLoggedDown == down {
+		return
+	}
+	if !b.logged && !down {
+		return // up from the start: nothing to say
+	}
+	b.logged, b.lastLoggedDown = true, down
+	if down {
+		log.Warn("target down", "route", b.rt.name, "target", b.addr.String(), "why", why, "err", err)
+	} else {
+		log.Info("target up", "route", b.rt.name, "target", b.addr.String(), "why", why)
+	}
+}
+
+// validateTargets checks r's targets, balance and health checks,
+// reporting each problem to bad.
+func (r *Route) validateTargets(bad func(string, ...any)) {
+	if r.Target.Network != "" && (len(r.Targets) != 1 || r.Targets[0].Addr != r.Target) {
+		bad("give Target or Targets, not both")
+		return
+	}
+	if len(r.Targets) == 0 {
+		bad("no target address")
+		return
+	}
+	if len(r.Targets) > MaxTargets {
+		bad("%d targets: at most %d", len(r.Targets), MaxTargets)
+	}
+	seen := map[Addr]bool{}
+	positive := false
+	for _, t := range r.Targets {
+		switch {
+		case t.Addr.Network == "":
+			bad("a target has no address")
+			continue
+		case r.Listen.Network != "" && r.Listen.Datagram() != t.Addr.Datagram():
+			bad("cannot relay %s to %s: UDP relays only to UDP, streams only to TCP or Unix", r.Listen, t.Addr)
+		case t.Weight < 0 || t.Weight > MaxWeight:
+			bad("target %s: weight %d: want 0 to %d", t.Addr, t.Weight, MaxWeight)
+		case seen[t.Addr]:
+			bad("target %s listed twice", t.Addr)
+		}
+		seen[t.Addr] = true
+		positive = positive || t.Weight > 0
+	}
+	if !positive {
+		bad("every target has weight 0: at least one needs a positive weight to take clients")
+	}
+	if !r.Balance.valid() {
+		bad("balance %q: want %s, %s or %s", r.Balance, RoundRobin, LeastConn, ClientHash)
+	}
+	h := r.HealthCheck
+	switch {
+	case h.Interval < 0 || h.Timeout < 0:
+		bad("negative health check interval or timeout")
+	case h.Rise < 0 || h.Fall < 0:
+		bad("negative health check rise or fall")
+	case h.Interval == 0 && (h.Timeout != 0 || h.Rise != 0 || h.Fall != 0):
+		bad("health check timeout, rise and fall need an interval")
+	case h.Interval > 0 && r.Listen.Datagram():
+		bad("health checks connect, so they are for stream routes; UDP targets are checked by their replies")
+	}
+}
