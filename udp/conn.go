@@ -13,14 +13,17 @@ import (
 )
 
 // Options configures a [Conn]. The zero value (or nil) enables GSO and GRO
-// where the kernel supports them and nothing else.
+// where the kernel supports them (GRO only while the Conn's own reads own
+// the socket: see the package doc) and nothing else.
 type Options struct {
 	// DisableGSO turns off UDP generic segmentation offload on send
 	// (UDP_SEGMENT). The environment variable ZEROIO_UDP_GSO=0 does too.
 	DisableGSO bool
 
 	// DisableGRO turns off UDP generic receive offload (UDP_GRO). The
-	// environment variable ZEROIO_UDP_GRO=0 does too. With GRO on, reads
+	// environment variable ZEROIO_UDP_GRO=0 does too. GRO is turned on by
+	// the Conn's first read, and off for good when the socket is handed
+	// out ([Conn.SyscallConn], [Conn.File]). With GRO on, reads
 	// of datagrams that do not coalesce (many small flows) are as fast as
 	// without it only if every Message.Buf holds 65,527 bytes; with smaller
 	// buffers they go through internal 64 KiB buffers, at most 8 datagrams
@@ -46,32 +49,43 @@ type Options struct {
 // Stats are a Conn's offload state and counters. Read them with
 // [Conn.Stats].
 type Stats struct {
-	GSO, GRO     bool   // offload in use now
+	GSO, GRO     bool   // offload in use now (GRO: from the first read until a hand-out)
 	GSOSends     uint64 // sends that carried UDP_SEGMENT
 	GROReads     uint64 // received buffers that held more than one datagram
 	GSOFallbacks uint64 // times GSO was switched off after EIO
 }
 
 // Conn is a UDP socket with batched, allocation-free reads and writes. It
-// embeds the *net.UDPConn it wraps, so it is also a [net.PacketConn]:
-// deadlines set there apply to ReadBatch and WriteBatch, and Close wakes a
-// blocked ReadBatch with an error that matches [net.ErrClosed]. The read
-// methods of *net.UDPConn (Read, ReadFrom, ReadFromUDP,
-// ReadFromUDPAddrPort, ReadMsgUDP, ReadMsgUDPAddrPort) are Conn's own:
-// they read one datagram through ReadBatch, so that a GRO buffer is split
-// and datagrams a ReadBatch left pending come first.
+// has the methods of the *net.UDPConn it wraps, so it is a [net.Conn] and a
+// [net.PacketConn], and fits interfaces written for *net.UDPConn (quic-go's
+// OOBCapablePacketConn, x/net's ipv4.NewPacketConn): deadlines apply to
+// ReadBatch and WriteBatch, and Close wakes a blocked ReadBatch with an
+// error that matches [net.ErrClosed]. Its read methods (Read, ReadFrom,
+// ReadFromUDP, ReadFromUDPAddrPort, ReadMsgUDP, ReadMsgUDPAddrPort) read
+// one datagram through ReadBatch, so that a GRO buffer is split and
+// datagrams a ReadBatch left pending come first. Its write methods are
+// those of *net.UDPConn: what they are given is what is sent.
+//
+// The *net.UDPConn is not embedded: whoever reads the socket outside the
+// Conn's methods gets it through [Conn.SyscallConn] or [Conn.File], which
+// turn GRO off first (see the package doc).
 //
 // ReadBatch and WriteBatch may be called at the same time from one reader
 // and one writer goroutine, and from more: reads are serialized with each
 // other, writes are not (each is one sendmmsg).
 type Conn struct {
-	*net.UDPConn
+	uc     *net.UDPConn
 	rc     syscall.RawConn
 	laddr  net.Addr
 	opts   Options
 	gso    atomic.Bool
-	gro    bool
-	readMu sync.Mutex // serializes readers: GRO leftovers live in sys
+	groOn  atomic.Bool // UDP_GRO is set on the socket
+	readMu sync.Mutex  // serializes readers: GRO leftovers live in sys
+	// groMu orders the GRO switch: the first read turns it on only if the
+	// socket has not been handed out, and a hand-out turns it off for good.
+	groMu     sync.Mutex
+	groTried  bool // the first read has decided on GRO; guarded by groMu
+	handedOut bool // SyscallConn or File was called; guarded by groMu
 
 	gsoSends, groReads, gsoFallbacks atomic.Uint64
 
@@ -102,11 +116,12 @@ func Listen(network, address string, opts *Options) (*Conn, error) {
 	return c, nil
 }
 
-// NewConn wraps uc, which the Conn then owns (closing the Conn closes uc).
-// It probes the socket for GSO and GRO and sets the options in opts (nil
-// means the zero Options).
+// NewConn wraps uc, which the Conn then owns (closing the Conn closes uc;
+// reading uc directly meets the Conn's GRO state, so read through the
+// Conn). It probes the socket for GSO and sets the options in opts (nil
+// means the zero Options); GRO waits for the first read.
 func NewConn(uc *net.UDPConn, opts *Options) (*Conn, error) {
-	c := &Conn{UDPConn: uc, laddr: uc.LocalAddr()}
+	c := &Conn{uc: uc, laddr: uc.LocalAddr()}
 	if opts != nil {
 		c.opts = *opts
 	}
@@ -138,7 +153,7 @@ func (c *Conn) AddrPort() netip.AddrPort {
 func (c *Conn) Stats() Stats {
 	return Stats{
 		GSO:          c.gso.Load(),
-		GRO:          c.gro,
+		GRO:          c.groOn.Load(),
 		GSOSends:     c.gsoSends.Load(),
 		GROReads:     c.groReads.Load(),
 		GSOFallbacks: c.gsoFallbacks.Load(),
@@ -152,7 +167,7 @@ func (c *Conn) Read(b []byte) (int, error) {
 	if len(b) == 0 || noMsg {
 		// On plan9 only package net's Read works on a connected socket:
 		// ReadFrom needs the headers it asks for on listening ones.
-		return c.UDPConn.Read(b)
+		return c.uc.Read(b)
 	}
 	n, _, _, _, err := c.readOne(b, nil)
 	return n, err
@@ -210,10 +225,9 @@ func (c *Conn) ReadMsgUDPAddrPort(b, oob []byte) (n, oobn, flags int, addr netip
 	return c.readOne(b, oob)
 }
 
-// readOne is under Conn's versions of the read methods of the embedded
-// *net.UDPConn. Those would return the datagrams of a GRO buffer glued
-// together as one, and pass over the datagrams a ReadBatch left pending;
-// readOne reads one datagram with a ReadBatch of one Message, the pending
+// readOne is under Conn's versions of the read methods of *net.UDPConn.
+// Those would return the datagrams of a GRO buffer glued together as one,
+// and pass over the datagrams a ReadBatch left pending; readOne reads one datagram with a ReadBatch of one Message, the pending
 // ones first. A datagram larger than b is cut to fit, as package net does,
 // and MSG_TRUNC set in flags. Addresses are reported as by ReadBatch,
 // IPv4-mapped ones as IPv4. The Message stays on the stack: readOne

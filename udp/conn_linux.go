@@ -14,10 +14,14 @@ const groSlots = 8
 
 // sysConn is the Linux state of a Conn.
 type sysConn struct {
-	family  int          // AF_INET or AF_INET6
-	wantCtl bool         // PacketInfo or ECN: reads need a control buffer
-	pending *readScratch // GRO read whose datagrams are not all delivered; guarded by readMu
-	groSeg  int          // segment size of the last coalesced read; guarded by readMu
+	family  int  // AF_INET or AF_INET6
+	wantCtl bool // PacketInfo or ECN: reads need a control buffer
+	// pending: GRO reads whose datagrams are not all delivered, oldest
+	// first (more than one only after a hand-out drained the socket);
+	// guarded by readMu
+	pending []*readScratch
+	groSeg  int  // segment size of the last coalesced read; guarded by readMu
+	started bool // the first read has been made; guarded by readMu
 	// coalesced: the last read saw a coalesced buffer; guarded by readMu
 	coalesced bool
 }
@@ -89,10 +93,8 @@ func (c *Conn) setupFD(fd int) error {
 			c.gso.Store(true)
 		}
 	}
-	// UDP_GRO (Linux 5.0, kernel commit e20cf8d3f1f7) is probed by setting it.
-	if !c.opts.DisableGRO {
-		c.gro = unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 1) == nil
-	}
+	// UDP_GRO waits for the first read (startGRO): a socket handed out
+	// before it never has GRO on.
 	v6 := family == unix.AF_INET6
 	if c.opts.PacketInfo {
 		c.sys.wantCtl = true
@@ -262,10 +264,27 @@ func (c *Conn) ReadBatch(msgs []Message) (int, error) {
 	}
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
-	if c.gro || c.sys.pending != nil {
+	if !c.sys.started {
+		c.sys.started = true
+		c.startGRO()
+	}
+	if len(c.sys.pending) > 0 {
+		return c.readPending(msgs), nil
+	}
+	if c.groOn.Load() {
 		return c.readGRO(msgs)
 	}
 	return c.readPlain(msgs)
+}
+
+// readPending delivers the datagrams of earlier reads that are still
+// waiting, oldest first, into msgs, and returns how many it filled.
+func (c *Conn) readPending(msgs []Message) int {
+	p := 0
+	for len(c.sys.pending) > 0 && p < len(msgs) {
+		p = c.deliverSpill(c.sys.pending[0], msgs, p)
+	}
+	return p
 }
 
 // copyOOB copies a message's control data into m.OOB, if the caller gave
@@ -284,7 +303,7 @@ const maxStride = 4096
 
 func (c *Conn) ctlStride(msgs []Message) int {
 	stride, oob := 0, false
-	if c.sys.wantCtl || c.gro {
+	if c.sys.wantCtl || c.groOn.Load() {
 		stride = udpsys.RecvSpace
 	}
 	for i := range msgs {
@@ -322,16 +341,11 @@ func (c *Conn) readPlain(msgs []Message) (int, error) {
 	return s.n, nil
 }
 
-// readGRO reads from a socket with UDP_GRO on. Leftovers of an earlier read
-// go first. Once a coalesced read has shown the flow's segment size g, and
+// readGRO reads from a socket with UDP_GRO on. Once a coalesced read has shown the flow's segment size g, and
 // every Buf holds g bytes, readScatter lets the kernel write each datagram
 // straight into its Message; otherwise readSpill reads into internal 64 KiB
 // buffers and copies.
 func (c *Conn) readGRO(msgs []Message) (int, error) {
-	if s := c.sys.pending; s != nil {
-		c.sys.pending = nil
-		return c.deliverSpill(s, msgs, 0), nil
-	}
 	coalesced := c.sys.coalesced
 	c.sys.coalesced = false // until this read sees a coalesced buffer
 	if g := c.sys.groSeg; coalesced && g > 0 && buffersHold(msgs, g) {
@@ -351,12 +365,18 @@ func (c *Conn) readGRO(msgs []Message) (int, error) {
 		putRead(s)
 		return 0, err
 	}
+	s.fillSpill()
+	return c.deliverSpill(s, msgs, 0), nil
+}
+
+// fillSpill marks the s.n buffers just read into the spill buffers as the
+// data still to deliver.
+func (s *readScratch) fillSpill() {
 	for k := range s.n {
 		s.data[k] = s.spill[k][:min(int(s.hs[k].Len), len(s.spill[k]))]
 		s.cut[k] = int(s.hs[k].Len) > len(s.spill[k])
 	}
 	s.next, s.off, s.counted = 0, 0, 0
-	return c.deliverSpill(s, msgs, 0), nil
 }
 
 func buffersHold(msgs []Message, g int) bool {
@@ -380,7 +400,8 @@ func (s *readScratch) growSpill(spills, headers int) {
 
 // deliverSpill splits the buffers in s.data[s.next:s.n] (from byte s.off of
 // the first) into msgs[p:], copying, and returns how many messages are now
-// filled. What does not fit stays in s as the Conn's pending read.
+// filled. s is a new read (no read is pending then) or the oldest pending
+// one. What does not fit stays in s, which is then the oldest pending read.
 func (c *Conn) deliverSpill(s *readScratch, msgs []Message, p int) int {
 	for s.next < s.n && p < len(msgs) {
 		var meta Message
@@ -410,9 +431,17 @@ func (c *Conn) deliverSpill(s *readScratch, msgs []Message, p int) int {
 			s.off = 0
 		}
 	}
-	if s.next < s.n {
-		c.sys.pending = s
-	} else {
+	q := c.sys.pending
+	queued := len(q) > 0 && q[0] == s
+	switch {
+	case s.next < s.n && !queued:
+		c.sys.pending = append(q, s)
+	case s.next >= s.n && queued:
+		copy(q, q[1:])
+		q[len(q)-1] = nil
+		c.sys.pending = q[:len(q)-1]
+		putRead(s)
+	case s.next >= s.n:
 		putRead(s)
 	}
 	return p
@@ -625,7 +654,7 @@ func (c *Conn) readBig(msgs []Message) (int, error) {
 	}
 	n := s.pos[last] + lastFit
 	if s.next < s.n {
-		c.sys.pending = s
+		c.sys.pending = append(c.sys.pending, s)
 	} else {
 		putRead(s)
 	}

@@ -21,9 +21,8 @@ import (
 func TestOffloadIsUsedAndSplitKeepsMetadata(t *testing.T) {
 	opts := &Options{PacketInfo: true, ECN: true, ReadBuffer: bigBuf}
 	a, b := pair(t, "udp4", "127.0.0.1", opts)
-	if st := a.Stats(); !st.GSO || !st.GRO {
-		t.Skipf("kernel without UDP GSO/GRO: %+v", st)
-	}
+	needGSO(t, a)
+	needGRO(t, b)
 	out := makeMsgs(100, 1400)
 	for i := range out {
 		out[i].Addr = addrOf(b)
@@ -72,14 +71,16 @@ func TestWildcardServerRepliesFromAddressReached(t *testing.T) {
 			for _, off := range offloads[:2] {
 				opts := off.opts
 				opts.PacketInfo = true
+				needListen(t, tc.network, tc.wild)
+				needListen(t, "udp", tc.client)
 				srv, err := Listen(tc.network, net.JoinHostPort(tc.wild, "0"), &opts)
 				if err != nil {
-					t.Skip(err)
+					t.Fatal(err)
 				}
 				defer srv.Close()
 				cli, err := Listen("udp", net.JoinHostPort(tc.client, "0"), nil)
 				if err != nil {
-					t.Skip(err)
+					t.Fatal(err)
 				}
 				defer cli.Close()
 				target := netip.AddrPortFrom(netip.MustParseAddr(tc.target), addrOf(srv).Port())
@@ -112,9 +113,10 @@ func TestWildcardServerRepliesFromAddressReached(t *testing.T) {
 func TestTOSOnConnectedDualStack(t *testing.T) {
 	for _, peer := range []struct{ network, addr string }{{"udp4", "127.0.0.1"}, {"udp6", "::1"}} {
 		t.Run(peer.network, func(t *testing.T) {
+			needListen(t, peer.network, peer.addr)
 			rx, err := Listen(peer.network, net.JoinHostPort(peer.addr, "0"), &Options{ECN: true, ReadBuffer: bigBuf})
 			if err != nil {
-				t.Skip(err)
+				t.Fatal(err)
 			}
 			defer rx.Close()
 			uc, err := net.DialUDP("udp", &net.UDPAddr{IP: net.IPv6unspecified}, net.UDPAddrFromAddrPort(rx.AddrPort()))
@@ -207,9 +209,7 @@ func TestGROScatterKeepsOrderAcrossSegmentSizes(t *testing.T) {
 		batch, bufSize := tc.batch, tc.bufSize
 		t.Run(fmt.Sprintf("batch=%d/buf=%d", batch, bufSize), func(t *testing.T) {
 			a, b := pair(t, "udp4", "127.0.0.1", &Options{ReadBuffer: bigBuf, WriteBuffer: bigBuf})
-			if !b.Stats().GRO {
-				t.Skip("no UDP_GRO")
-			}
+			needGRO(t, b)
 			var want [][]byte
 			for _, ph := range phases {
 				if ph.count < 0 {
@@ -283,9 +283,7 @@ func TestAllocsPerRunGROPaths(t *testing.T) {
 	for _, gso := range []bool{false, true} {
 		t.Run(fmt.Sprint("gso=", gso), func(t *testing.T) {
 			a, b := pair(t, "udp4", "127.0.0.1", &Options{DisableGSO: !gso, ReadBuffer: bigBuf, WriteBuffer: bigBuf})
-			if !b.Stats().GRO {
-				t.Skip("no UDP_GRO")
-			}
+			needGRO(t, b)
 			const n = 64
 			out := makeMsgs(n, 1200)
 			for i := range out {
@@ -321,9 +319,8 @@ func TestAllocsPerRunGROPaths(t *testing.T) {
 func TestReadBigSpillsOnlyWhatWaits(t *testing.T) {
 	skipAllocCheck(t)
 	a, b := pair(t, "udp4", "127.0.0.1", &Options{ReadBuffer: 64 << 20, WriteBuffer: bigBuf})
-	if !a.Stats().GSO || !b.Stats().GRO {
-		t.Skip("no UDP GSO/GRO")
-	}
+	needGSO(t, a)
+	needGRO(t, b)
 	const batch = 256
 	coalesced := makeMsgs(64, 100)
 	single := makeMsgs(batch, 100)
@@ -346,7 +343,7 @@ func TestReadBigSpillsOnlyWhatWaits(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(20 * time.Millisecond) // all queued, so the first read fills the batch
-		if b.sys.coalesced || b.sys.pending != nil {
+		if b.sys.coalesced || len(b.sys.pending) > 0 {
 			t.Fatal("the reader would not take readBig")
 		}
 		var ms0, ms1 runtime.MemStats
@@ -381,9 +378,8 @@ func TestGROReadsCountsEachBufferOnce(t *testing.T) {
 	for _, bufSize := range []int{1500, 65535} {
 		t.Run(fmt.Sprint("buf=", bufSize), func(t *testing.T) {
 			a, b := pair(t, "udp4", "127.0.0.1", &Options{ReadBuffer: bigBuf, WriteBuffer: bigBuf})
-			if !a.Stats().GSO || !b.Stats().GRO {
-				t.Skip("no UDP GSO/GRO")
-			}
+			needGSO(t, a)
+			needGRO(t, b)
 			out := makeMsgs(64, 100)
 			for i := range out {
 				out[i].Addr = addrOf(b)
@@ -409,9 +405,11 @@ func TestGROReadsCountsEachBufferOnce(t *testing.T) {
 // datagrams on a dual-stack socket with PacketInfo and ECN, the most
 // control messages a Conn asks for: none is cut (no MSG_CTRUNC).
 func TestControlBufferHoldsWhatOptionsEnable(t *testing.T) {
+	needListen(t, "udp", "::")
+	needListen(t, "udp6", "::1")
 	rx, err := Listen("udp", "[::]:0", &Options{PacketInfo: true, ECN: true, ReadBuffer: bigBuf})
 	if err != nil {
-		t.Skipf("no dual-stack socket: %v", err)
+		t.Fatal(err)
 	}
 	defer rx.Close()
 	for _, from := range []struct{ network, addr string }{{"udp4", "127.0.0.1"}, {"udp6", "::1"}} {
@@ -455,9 +453,8 @@ func TestGROSizeLostToControlTruncation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			udpsys.RecvSpace = space
 			a, b := pair(t, "udp4", "127.0.0.1", &Options{ReadBuffer: bigBuf})
-			if !a.Stats().GSO || !b.Stats().GRO {
-				t.Skip("no UDP GSO/GRO")
-			}
+			needGSO(t, a)
+			needGRO(t, b)
 			out := makeMsgs(4, 100)
 			for i := range out {
 				out[i].Addr = addrOf(b)
@@ -492,9 +489,7 @@ func TestGROSizeLostToControlTruncation(t *testing.T) {
 // that every datagram arrived once and in order, unsegmented from then on.
 func TestEIOFallbackThroughTheKernel(t *testing.T) {
 	a, b := pair(t, "udp4", "127.0.0.1", &Options{DisableGRO: true, ReadBuffer: bigBuf})
-	if !a.Stats().GSO {
-		t.Skip("no UDP GSO")
-	}
+	needGSO(t, a)
 	out := makeMsgs(40, 300)
 	out[0].Buf = out[0].Buf[:17] // a plain send before the first GSO run
 	for i := range out {
@@ -549,9 +544,7 @@ func TestGROReadRandomTraffic(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/seed=%d", fam.network, seed), func(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(seed), 7))
 				a, b := pair(t, fam.network, fam.addr, &Options{ReadBuffer: bigBuf, WriteBuffer: bigBuf})
-				if !b.Stats().GRO {
-					t.Skip("no UDP_GRO")
-				}
+				needGRO(t, b)
 				bufSize := []int{600, 1500, 65535}[rng.IntN(3)]
 				var want [][]byte
 				for range 25 {
@@ -606,9 +599,7 @@ func TestGROReadForeignSenders(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 99))
 			ctl := seed%2 == 0
 			_, b := pair(t, "udp4", "127.0.0.1", &Options{ReadBuffer: bigBuf, WriteBuffer: bigBuf, PacketInfo: ctl, ECN: ctl})
-			if !b.Stats().GRO {
-				t.Skip("no UDP_GRO")
-			}
+			needGRO(t, b)
 			var senders [3]*net.UDPConn
 			for i := range senders {
 				s, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
@@ -709,21 +700,39 @@ func TestGROReadForeignSenders(t *testing.T) {
 // refused with EINVAL (udp_send_skb: segment above the MTU), and
 // WriteBatch resends them unsegmented, as IP fragments that arrive whole.
 func TestGSOAbovePathMTUFallsBack(t *testing.T) {
+	if !kernelGSO() {
+		t.Skip("kernel without UDP GSO (UDP_SEGMENT)")
+	}
 	done := make(chan struct{})
+	var skip string // set when the kernel lacks what the test needs
 	go func() {
 		defer close(done)
 		runtime.LockOSThread() // never unlocked: the thread dies with its netns
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			t.Logf("unshare(CLONE_NEWNET): %v", err)
+			skip = fmt.Sprintf("no network namespace of our own: unshare(CLONE_NEWNET): %v", err)
 			return
 		}
 		if err := setLoopback(1500); err != nil {
 			t.Errorf("configuring lo: %v", err)
 			return
 		}
-		a, b := pair(t, "udp4", "127.0.0.1", &Options{ReadBuffer: bigBuf})
+		// Not pair: a helper that can Skip or Fatal must run on the
+		// test's goroutine.
+		opts := &Options{ReadBuffer: bigBuf}
+		a, err := Listen("udp4", "127.0.0.1:0", opts)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer a.Close()
+		b, err := Listen("udp4", "127.0.0.1:0", opts)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer b.Close()
 		if !a.Stats().GSO {
-			t.Log("no UDP GSO")
+			t.Errorf("GSO off on a kernel that has it: %+v", a.Stats())
 			return
 		}
 		out := makeMsgs(10, 3000)
@@ -736,7 +745,15 @@ func TestGSOAbovePathMTUFallsBack(t *testing.T) {
 			return
 		}
 		in := makeMsgs(10, 4000)
-		readN(t, b, in, 10, 10)
+		b.SetReadDeadline(time.Now().Add(5 * time.Second))
+		for got := 0; got < len(in); {
+			k, err := b.ReadBatch(in[got:])
+			if err != nil {
+				t.Errorf("read after %d of %d: %v", got, len(in), err)
+				return
+			}
+			got += k
+		}
 		for i := range in {
 			if in[i].N != 3000 || in[i].Buf[0] != byte(i) {
 				t.Errorf("datagram %d: %d bytes [%d]", i, in[i].N, in[i].Buf[0])
@@ -745,10 +762,11 @@ func TestGSOAbovePathMTUFallsBack(t *testing.T) {
 		if st := a.Stats(); !st.GSO || st.GSOFallbacks != 0 {
 			t.Errorf("an MTU refusal turned GSO off: %+v", st)
 		}
-		a.Close()
-		b.Close()
 	}()
 	<-done
+	if skip != "" {
+		t.Skip(skip)
+	}
 }
 
 // setLoopback brings lo up with the given MTU in the calling thread's
@@ -855,7 +873,7 @@ func TestReadMsgUDPControlSpace(t *testing.T) {
 			t.Helper()
 			b.SetReadDeadline(time.Now().Add(5 * time.Second))
 			if std {
-				n, oobn, flags, _, err = b.UDPConn.ReadMsgUDP(buf, oob)
+				n, oobn, flags, _, err = b.uc.ReadMsgUDP(buf, oob)
 			} else {
 				n, oobn, flags, _, err = b.ReadMsgUDP(buf, oob)
 			}
@@ -911,5 +929,54 @@ func TestSetBuffers(t *testing.T) {
 	c.Close()
 	if err := c.SetReadBuffer(n); err == nil {
 		t.Error("SetReadBuffer on a closed Conn: no error")
+	}
+}
+
+// kernelGSO probes the kernel for UDP_SEGMENT (Linux 4.18) on a socket of
+// package net's, as the Conn probes its own.
+func kernelGSO() bool {
+	return probeSockopt(func(fd int) error {
+		_, err := unix.GetsockoptInt(fd, unix.SOL_UDP, unix.UDP_SEGMENT)
+		return err
+	})
+}
+
+// kernelGRO probes the kernel for UDP_GRO (Linux 5.0).
+func kernelGRO() bool {
+	return probeSockopt(func(fd int) error {
+		return unix.SetsockoptInt(fd, unix.SOL_UDP, unix.UDP_GRO, 1)
+	})
+}
+
+func probeSockopt(f func(fd int) error) bool {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return f(fd) == nil
+}
+
+// needGSO skips on a kernel without UDP GSO and fails if c, whose Options
+// allow GSO, does not use it.
+func needGSO(t testing.TB, c *Conn) {
+	t.Helper()
+	if !kernelGSO() {
+		t.Skip("kernel without UDP GSO (UDP_SEGMENT)")
+	}
+	if st := c.Stats(); !st.GSO {
+		t.Fatalf("GSO off on a kernel that has it: %+v", st)
+	}
+}
+
+// needGRO skips on a kernel without UDP GRO and fails if c, whose Options
+// allow GRO and which pair has read from, does not use it.
+func needGRO(t testing.TB, c *Conn) {
+	t.Helper()
+	if !kernelGRO() {
+		t.Skip("kernel without UDP GRO (UDP_GRO)")
+	}
+	if st := c.Stats(); !st.GRO {
+		t.Fatalf("GRO off after a read, on a kernel that has it: %+v", st)
 	}
 }

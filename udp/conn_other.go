@@ -11,12 +11,12 @@ type sysConn struct{}
 // Linux-only and stay off.
 func (c *Conn) setup() error {
 	if n := c.opts.ReadBuffer; n > 0 {
-		if err := c.UDPConn.SetReadBuffer(n); err != nil {
+		if err := c.uc.SetReadBuffer(n); err != nil {
 			return err
 		}
 	}
 	if n := c.opts.WriteBuffer; n > 0 {
-		if err := c.UDPConn.SetWriteBuffer(n); err != nil {
+		if err := c.uc.SetWriteBuffer(n); err != nil {
 			return err
 		}
 	}
@@ -40,9 +40,9 @@ func (c *Conn) ReadBatch(msgs []Message) (int, error) {
 	var addr netip.AddrPort
 	var err error
 	if noMsg && len(m.OOB) == 0 {
-		n, addr, err = c.UDPConn.ReadFromUDPAddrPort(m.Buf)
+		n, addr, err = c.uc.ReadFromUDPAddrPort(m.Buf)
 	} else {
-		n, oobn, flags, addr, err = c.UDPConn.ReadMsgUDPAddrPort(m.Buf, m.OOB)
+		n, oobn, flags, addr, err = c.uc.ReadMsgUDPAddrPort(m.Buf, m.OOB)
 	}
 	if err != nil {
 		return 0, err
@@ -63,11 +63,11 @@ func (c *Conn) WriteBatch(msgs []Message) (int, error) {
 		var err error
 		switch {
 		case noMsg && len(m.OOB) == 0 && !m.Addr.IsValid():
-			n, err = c.UDPConn.Write(m.Buf)
+			n, err = c.uc.Write(m.Buf)
 		case noMsg && len(m.OOB) == 0:
-			n, err = c.UDPConn.WriteToUDPAddrPort(m.Buf, m.Addr)
+			n, err = c.uc.WriteToUDPAddrPort(m.Buf, m.Addr)
 		default:
-			n, _, err = c.UDPConn.WriteMsgUDPAddrPort(m.Buf, m.OOB, m.Addr)
+			n, _, err = c.uc.WriteMsgUDPAddrPort(m.Buf, m.OOB, m.Addr)
 		}
 		if err != nil {
 			return i, err
@@ -84,3 +84,9 @@ func addrPortUnmap(ap netip.AddrPort) netip.AddrPort {
 	}
 	return ap
 }
+
+// SetReadBuffer sets the socket's receive buffer size (SO_RCVBUF).
+func (c *Conn) SetReadBuffer(n int) error { return c.uc.SetReadBuffer(n) }
+
+// SetWriteBuffer sets the socket's send buffer size (SO_SNDBUF).
+func (c *Conn) SetWriteBuffer(n int) error { return c.uc.SetWriteBuffer(n) }

@@ -5,15 +5,16 @@
 // # Conn
 //
 // A [Conn] wraps a *net.UDPConn ([Listen] opens one, [NewConn] wraps one you
-// have) and stays usable as a [net.PacketConn]: its ReadFrom and the other
-// read methods of *net.UDPConn go through ReadBatch, one datagram each, so
-// GRO does not change what they return. [Conn.ReadBatch] and
-// [Conn.WriteBatch] move a slice of [Message] values per call: on Linux one
-// recvmmsg(2) or sendmmsg(2), through Go's netpoller, so deadlines hold and
-// Close wakes a blocked reader with an error matching [net.ErrClosed].
-// Neither allocates: the syscall scratch (headers, iovecs, sockaddrs,
-// control buffers) is pooled and the netpoller callback is bound once.
-// A partial sendmmsg is reported exactly; [Conn.WriteAll] sends the rest.
+// have) and has its methods, so it can be handed to code written for
+// *net.UDPConn, [net.PacketConn] or [net.Conn]. Its read methods (ReadFrom,
+// ReadMsgUDP and the others) go through ReadBatch, one datagram each; its
+// write methods are package net's. [Conn.ReadBatch] and [Conn.WriteBatch]
+// move a slice of [Message] values per call: on Linux one recvmmsg(2) or
+// sendmmsg(2), through Go's netpoller, so deadlines hold and Close wakes a
+// blocked reader with an error matching [net.ErrClosed]. Neither
+// allocates: the syscall scratch (headers, iovecs, sockaddrs, control
+// buffers) is pooled and the netpoller callback is bound once. A partial
+// sendmmsg is reported exactly; [Conn.WriteAll] sends the rest.
 //
 // The calls are raw system calls (syscall.RawSyscall6): the sockets of
 // package net never block, so the runtime's entersyscall, which lets
@@ -29,7 +30,10 @@
 // are equal (the last may be shorter) into one UDP_SEGMENT send of at most
 // 64 datagrams and 65,507 bytes, pointing one iovec at each payload, never
 // copying it. If the kernel answers a GSO send with EIO, GSO is switched off
-// for the Conn and the datagrams are resent without it.
+// for the Conn and the datagrams are resent without it. GSO is a per-send
+// control message, never a socket option: Write, WriteTo and WriteMsgUDP
+// send exactly what they are given, a caller's own UDP_SEGMENT message
+// included.
 //
 // GRO: with UDP_GRO on, the kernel may deliver up to 64 datagrams of one
 // flow as one buffer. ReadBatch splits it into one Message per datagram,
@@ -46,6 +50,35 @@
 // Both are probed on the socket and on by default; turn them off with
 // [Options] (DisableGSO, DisableGRO) or the environment (ZEROIO_UDP_GSO=0,
 // ZEROIO_UDP_GRO=0). [Conn.Stats] tells which are in use.
+//
+// # Who reads the socket: GRO and hand-outs
+//
+// Every read of a Conn returns exactly one datagram as it was sent,
+// whoever makes it. GRO is on only while the Conn's own methods are the
+// socket's only reader:
+//
+//   - The Conn's first read (ReadBatch or a read method) turns UDP_GRO on.
+//     Until then it is off.
+//   - [Conn.SyscallConn] and [Conn.File] hand the socket out to readers
+//     that do not split GRO buffers (recvmsg or recvmmsg of their own,
+//     x/net's ipv4.PacketConn.ReadBatch, quic-go): they turn UDP_GRO off
+//     for good first. A socket handed out before the Conn's first read
+//     (as quic-go and x/net do when they are given the Conn) never has
+//     GRO on. [Conn.Control] sets socket options without handing out.
+//   - Datagrams the kernel coalesced before the switch keep their segment
+//     size only while UDP_GRO is on, so the hand-out first reads what the
+//     socket holds, without waiting, and splits it: those datagrams are
+//     returned by the Conn's own read methods, before anything read
+//     later, and never reach the new reader merged.
+//   - If a read of the Conn is waiting at that moment (the socket was
+//     empty), the hand-out does not wait for it and turns UDP_GRO off at
+//     once. A buffer the kernel coalesces in the same instant could then
+//     reach that read without its segment size, as one datagram: hand the
+//     socket out before the Conn's first read, or while none is under way.
+//
+// After the switch the kernel coalesces nothing more for the socket: it
+// no longer merges the flow's packets and splits a GSO send from a local
+// sender before queueing it.
 //
 // # Packet info and ECN
 //

@@ -75,11 +75,15 @@ func ExampleOptions_packetInfo() {
 	if _, err := srv.ReadBatch(in); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("reached at", in[0].Local.IsValid())
 	reply := []udp.Message{{Buf: []byte("pong"), Addr: in[0].Addr, Local: in[0].Local}}
 	if _, err := srv.WriteBatch(reply); err != nil {
 		log.Fatal(err)
 	}
+	if _, err := cli.ReadBatch(in); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s from the address the client sent to: %v\n", in[0].Payload(), in[0].Addr.Port() == target.Port())
+	// Output: pong from the address the client sent to: true
 }
 
 // An echo server: a Message as ReadBatch fills it is already the reply,
