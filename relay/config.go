@@ -12,8 +12,17 @@ import (
 )
 
 // Defaults applied to zero fields of a [Route].
+//
+// The dial and idle timeouts keep a dead or silent backend from holding
+// clients forever. HAProxy has no default for either (it warns when
+// "timeout connect", "timeout client" or "timeout server" is missing and
+// then waits forever); Envoy's defaults are a 5 s connect timeout
+// (cluster connect_timeout) and a 1 h idle timeout (tcp_proxy
+// idle_timeout); nginx's stream proxy 60 s and 10 min. zeroio takes
+// Envoy's. Either may be turned off with [Never].
 const (
-	DefaultDialTimeout        = 10 * time.Second
+	DefaultDialTimeout        = 5 * time.Second
+	DefaultIdleTimeout        = time.Hour
 	DefaultProxyHeaderTimeout = 5 * time.Second
 	// DefaultSessionTimeout is how long a UDP session lives without a
 	// datagram in either direction: long enough for a VoIP call on hold.
@@ -28,6 +37,12 @@ const (
 	// while datagrams queue.
 	DefaultUDPBuffer = 4 << 20
 )
+
+// Never, as [Route.DialTimeout] or [Route.IdleTimeout], turns the timeout
+// off: a dial waits as long as the kernel does (about two minutes of SYN
+// retries for TCP), and a relay in which nothing moves lives until one
+// side closes.
+const Never = time.Duration(1<<63 - 1)
 
 // Route relays every connection or datagram arriving at Listen to one of
 // its Targets. Zero fields take the defaults above.
@@ -156,13 +171,24 @@ func (r Route) withDefaults() Route {
 	if r.Balance == "" {
 		r.Balance = RoundRobin
 	}
-	if r.DialTimeout <= 0 {
+	// Negative durations are left for validate to refuse. Never becomes
+	// 0 for the engines, which read 0 as no timeout.
+	switch r.DialTimeout {
+	case 0:
 		r.DialTimeout = DefaultDialTimeout
+	case Never:
+		r.DialTimeout = 0
 	}
-	if r.ProxyHeaderTimeout <= 0 {
+	switch r.IdleTimeout {
+	case 0:
+		r.IdleTimeout = DefaultIdleTimeout
+	case Never:
+		r.IdleTimeout = 0
+	}
+	if r.ProxyHeaderTimeout == 0 {
 		r.ProxyHeaderTimeout = DefaultProxyHeaderTimeout
 	}
-	if r.SessionTimeout <= 0 {
+	if r.SessionTimeout == 0 {
 		r.SessionTimeout = DefaultSessionTimeout
 	}
 	if r.MaxSessions <= 0 {
@@ -181,6 +207,24 @@ func (r *Route) validate() error {
 		bad("no listen address")
 	}
 	r.validateTargets(bad)
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"dial timeout", r.DialTimeout}, {"idle timeout", r.IdleTimeout},
+		{"PROXY header timeout", r.ProxyHeaderTimeout}, {"session timeout", r.SessionTimeout},
+		{"keep-alive period", r.KeepAlive},
+	} {
+		switch {
+		case d.v < 0:
+			bad("%s %v is negative (0 is the default)", d.name, d.v)
+		case d.v == Never && d.name != "dial timeout" && d.name != "idle timeout":
+			bad("%s cannot be never", d.name)
+		}
+	}
+	if len(r.TrustedProxies) > 0 && !r.AcceptProxy {
+		bad("trusted proxies need accept_proxy: without it no PROXY header is read")
+	}
 	if r.Workers > 1 && r.Listen.Network == "unix" {
 		bad("workers > 1 needs a TCP or UDP listen address (a Unix socket path has one listener)")
 	}
@@ -250,6 +294,7 @@ func (c Config) normalize() (Config, error) {
 		names[r.Name] = true
 		out.Routes[i] = r
 	}
+	errs = append(errs, checkLoops(out.Routes)...)
 	if len(c.Routes) == 0 {
 		errs = append(errs, errors.New("no routes"))
 	}

@@ -47,6 +47,11 @@ func (rt *route) dialTarget(ctx context.Context, r *Route, client netip.Addr) (n
 			d.Deadline = time.Now().Add(rem / time.Duration(left))
 		}
 		c, err := d.DialContext(ctx, b.network, b.address)
+		if err == nil && rt.srv.dialsSelf(c) {
+			c.Close()
+			b.loops.Store(true)
+			c, err = nil, errLoop
+		}
 		if err == nil {
 			b.dialOK()
 			return c, b, nil

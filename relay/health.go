@@ -30,6 +30,7 @@ func (b *backend) dialOK() {
 	}
 	b.failStreak.Store(0)
 	b.downUntil.Store(0)
+	b.loops.Store(false)
 	b.logState(b.rt.srv.log, false, "dial succeeded", nil)
 }
 

@@ -20,6 +20,7 @@ var ErrServerClosed = errors.New("relay: server closed")
 type Server struct {
 	log      *slog.Logger
 	connLog  slog.Level
+	ports    atomic.Pointer[[]netip.AddrPort] // stream listeners, for dialsSelf
 	maxConns atomic.Int64
 	active   atomic.Int64 // stream relays in progress, all routes
 
@@ -45,6 +46,7 @@ func New(cfg Config) (*Server, error) {
 		s.connLog = cfg.ConnLog.Level()
 	}
 	s.eng = newEngine(s, cfg.Engine)
+	s.ports.Store(new([]netip.AddrPort))
 	s.maxConns.Store(int64(cfg.MaxConns))
 	for i := range cfg.Routes {
 		rt := newRoute(s, cfg.Routes[i], nil)
@@ -85,6 +87,7 @@ func (s *Server) Start() error {
 		rt.serve()
 	}
 	s.started = true
+	s.updatePorts()
 	return nil
 }
 
@@ -124,6 +127,7 @@ func (s *Server) Update(cfg Config) error {
 	targets := s.resolveUDPTargets(cfg)
 	s.mu.Lock()
 	drained, err := s.update(cfg, targets)
+	s.updatePorts()
 	if len(drained) > 0 {
 		// Like an accept loop's: Shutdown waits for these connections
 		// to be handed over before it waits for the relays.

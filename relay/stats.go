@@ -39,6 +39,22 @@ type RouteStats struct {
 	DropsSessionLimit       uint64 // datagrams from new clients over MaxSessions
 	DropsWriteError         uint64 // datagrams not sent: the kernel refused them, or no upstream socket could take them (failed, or the route closing)
 	DropsTruncated          uint64 // datagrams longer than the receive buffer
+
+	// Targets are the route's targets, in the order configured.
+	Targets []TargetStats
+}
+
+// TargetStats is a snapshot of one target's state and counters. A target
+// a reload keeps keeps its counters; bytes are counted as each connection
+// ends.
+type TargetStats struct {
+	Addr   string
+	Weight int
+	Up     bool  // not marked down by a failed dial or health checks
+	Active int64 // connections relayed to it now
+
+	Connections, DialErrors uint64
+	BytesUp, BytesDown      uint64
 }
 
 // Stats is a snapshot of a Server's counters.
@@ -56,8 +72,9 @@ func (s *Server) Stats() Stats {
 	for _, rt := range s.routes {
 		c := &rt.st
 		r := rt.cfg.Load()
+		ts := rt.targets()
 		st.Routes = append(st.Routes, RouteStats{
-			Name: rt.name, Listen: r.Listen.String(), Target: r.Target.String(),
+			Name: rt.name, Listen: r.Listen.String(), Target: ts.String(), Targets: ts.stats(),
 			Accepted: c.accepted.Load(), Active: rt.active.Load(), Relayed: c.relayed.Load(),
 			Denied: c.denied.Load(), OverLimit: c.overLimit.Load(),
 			BytesUp: c.bytesUp.Load(), BytesDown: c.bytesDown.Load(),
@@ -72,4 +89,17 @@ func (s *Server) Stats() Stats {
 	}
 	slices.SortFunc(st.Routes, func(a, b RouteStats) int { return strings.Compare(a.Name, b.Name) })
 	return st
+}
+
+func (ts *targetSet) stats() []TargetStats {
+	out := make([]TargetStats, len(ts.bs))
+	var now int64
+	for i, b := range ts.bs {
+		out[i] = TargetStats{
+			Addr: b.addr.String(), Weight: ts.weights[i], Up: !b.isDown(&now), Active: b.active.Load(),
+			Connections: b.conns.Load(), DialErrors: b.dialFails.Load(),
+			BytesUp: b.bytesUp.Load(), BytesDown: b.bytesDown.Load(),
+		}
+	}
+	return out
 }

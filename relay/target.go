@@ -98,6 +98,7 @@ type backend struct {
 	downUntil              atomic.Int64 // unix ns; 0 up, noRetry until checks pass
 	failStreak             atomic.Int32 // dial failures in a row, for the backoff
 	checked                atomic.Bool  // active checks decide when it comes back
+	loops                  atomic.Bool  // a dial reached the relay itself: never a last resort
 	rise, fall             atomic.Int32 // the checker's counts in a row
 	stateMu                sync.Mutex   // orders up/down transitions and their log lines
 	lastLoggedDown, logged bool
@@ -239,7 +240,7 @@ func (ts *targetSet) pick(client netip.Addr, tried *triedSet) *backend {
 // eligible reports whether target i may take a new client: a positive
 // weight, not tried, and up unless anyState.
 func (ts *targetSet) eligible(i int, tried *triedSet, anyState bool, now *int64) bool {
-	return ts.weights[i] > 0 && !tried.has(i) && (anyState || !ts.bs[i].isDown(now))
+	return ts.weights[i] > 0 && !tried.has(i) && (!ts.bs[i].isDown(now) || anyState && !ts.bs[i].loops.Load())
 }
 
 // String lists the targets, for logs.

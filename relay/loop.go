@@ -1,0 +1,85 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+)
+
+// A route whose target is a listen address of the relay itself would
+// relay each connection to itself, again and again, until every
+// descriptor is used. Config refuses the targets it can see are such
+// (checkLoops); a dial that still reaches one of the relay's own
+// listeners (another name for this host, an address of another
+// interface) is caught when it connects (dialsSelf) and closed.
+
+// checkLoops returns an error for each target of routes that is a listen
+// address of one of routes.
+func checkLoops(routes []Route) []error {
+	var errs []error
+	for _, r := range routes {
+		for _, t := range r.Targets {
+			for _, l := range routes {
+				if reaches(t.Addr, l.Listen) {
+					errs = append(errs, fmt.Errorf("route %q: target %s is the listen address of route %q: it would relay to itself", r.Name, t.Addr, l.Name))
+				}
+			}
+		}
+	}
+	return errs
+}
+
+// reaches reports whether a dial to target is known to arrive at a
+// listener on listen: the same address, or the same port on a listener
+// bound to every address (0.0.0.0, ::) and a target on this host
+// (loopback or unspecified).
+func reaches(target, listen Addr) bool {
+	if target.Datagram() != listen.Datagram() || target.Network == "" || listen.Network == "" {
+		return false
+	}
+	if target.Network == "unix" || listen.Network == "unix" {
+		return target.Network == listen.Network && target.Address == listen.Address
+	}
+	tap, err1 := netip.ParseAddrPort(target.Address)
+	lap, err2 := netip.ParseAddrPort(listen.Address)
+	if err1 != nil || err2 != nil || lap.Port() == 0 || tap.Port() != lap.Port() {
+		return false
+	}
+	ta, la := tap.Addr().Unmap(), lap.Addr().Unmap()
+	return ta == la || la.IsUnspecified() && (ta.IsLoopback() || ta.IsUnspecified())
+}
+
+// dialsSelf reports whether c, a connection the relay dialled, arrived at
+// one of the relay's own stream listeners: it connects this host to
+// itself (the two ends share an IP address) on a port one of them
+// listens on.
+func (s *Server) dialsSelf(c net.Conn) bool {
+	local, remote := addrPort(c.LocalAddr()), addrPort(c.RemoteAddr())
+	if !remote.IsValid() || local.Addr() != remote.Addr() {
+		return false
+	}
+	for _, l := range *s.ports.Load() {
+		if l.Port() == remote.Port() && (l.Addr().IsUnspecified() || l.Addr() == remote.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
+// updatePorts records the addresses of every route's stream listeners,
+// for dialsSelf. s.mu is held.
+func (s *Server) updatePorts() {
+	var ports []netip.AddrPort
+	for _, rt := range s.routes {
+		for _, ln := range rt.lns {
+			if ap := addrPort(ln.Addr()); ap.IsValid() {
+				ports = append(ports, ap)
+			}
+		}
+	}
+	s.ports.Store(&ports)
+}
+
+// errLoop is a dial's error when it reached the relay's own listener.
+var errLoop = errors.New("relay: the target is one of this relay's own listen addresses")

@@ -1,0 +1,338 @@
+package relay
+
+import (
+	"bytes"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// deadAddr returns a loopback TCP address nobody listens on: a dial gets
+// ECONNREFUSED.
+func deadAddr(t testing.TB) Addr {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := ln.Addr().String()
+	ln.Close()
+	return Addr{"tcp", a}
+}
+
+// targetsRoute is a one-route config over targets, weight 1 each.
+func targetsRoute(mod func(*Route), targets ...Addr) Config {
+	r := Route{Name: "r", Listen: Addr{"tcp", "127.0.0.1:0"}}
+	for _, a := range targets {
+		r.Targets = append(r.Targets, Target{a, 1})
+	}
+	if mod != nil {
+		mod(&r)
+	}
+	return Config{Routes: []Route{r}}
+}
+
+func targetStats(s *Server, i int) TargetStats { return s.Stats().Routes[0].Targets[i] }
+
+// TestFailoverDeadTarget: with one of three targets down, every client is
+// served, by the two live ones, for every policy.
+func TestFailoverDeadTarget(t *testing.T) { forEachEngine(t, testFailoverDeadTarget) }
+
+func testFailoverDeadTarget(t *testing.T) {
+	for _, policy := range []Balance{RoundRobin, LeastConn, ClientHash} {
+		t.Run(string(policy), func(t *testing.T) {
+			leakCheck(t)
+			a, b := startBackend(t, "tcp4", echo), startBackend(t, "tcp4", echo)
+			s := startRelay(t, targetsRoute(func(r *Route) { r.Balance = policy }, deadAddr(t), a.addr, b.addr))
+			for i := range 30 {
+				c := dialRoute(t, s, "r")
+				if err := roundTrip(c, 1000, uint64(i)); err != nil {
+					t.Fatalf("client %d: %v", i, err)
+				}
+				c.Close()
+			}
+			waitFor(t, func() bool { return s.Stats().Routes[0].Active == 0 })
+			st := s.Stats().Routes[0]
+			// One client address hashes to one target: the dead one
+			// may never be tried.
+			if policy != ClientHash && (st.Targets[0].Up || st.Targets[0].DialErrors == 0) || st.Targets[0].Connections != 0 {
+				t.Errorf("dead target: %+v", st.Targets[0])
+			}
+			if policy != ClientHash && (st.Targets[1].Connections == 0 || st.Targets[2].Connections == 0) {
+				t.Errorf("connections not spread over the live targets: %+v", st.Targets)
+			}
+			if st.Targets[1].Connections+st.Targets[2].Connections != 30 || st.DialErrors != 0 {
+				t.Errorf("stats %+v: want 30 connections relayed, no client failed", st)
+			}
+			if st.Targets[1].BytesUp+st.Targets[2].BytesUp != 30*1000 {
+				t.Errorf("per-target bytes up %d, want %d", st.Targets[1].BytesUp+st.Targets[2].BytesUp, 30*1000)
+			}
+		})
+	}
+}
+
+// TestFailoverKilledTarget: a target killed while clients come and go;
+// every client after it and before it is served, and when it comes back
+// (the same port) it takes clients again.
+func TestFailoverKilledTarget(t *testing.T) { forEachEngine(t, testFailoverKilledTarget) }
+
+func testFailoverKilledTarget(t *testing.T) {
+	leakCheck(t)
+	a := startBackend(t, "tcp4", echo)
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	baddr := Addr{"tcp", ln.Addr().String()}
+	serve := func(ln net.Listener) *sync.WaitGroup {
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				wg.Add(1)
+				go func() { defer wg.Done(); defer c.Close(); echo(c) }()
+			}
+		}()
+		return &wg
+	}
+	wg := serve(ln)
+	s := startRelay(t, targetsRoute(nil, a.addr, baddr))
+	run := func(n int) {
+		for i := range n {
+			c := dialRoute(t, s, "r")
+			if err := roundTrip(c, 100, uint64(i)); err != nil {
+				t.Fatalf("client %d: %v", i, err)
+			}
+			c.Close()
+		}
+	}
+	run(10)
+	ln.Close()
+	wg.Wait()
+	run(20)
+	if st := targetStats(s, 1); st.Up {
+		t.Fatalf("killed target still up: %+v", st)
+	}
+	// Back on the same port: after its backoff, a client tries it again.
+	ln, err = net.Listen("tcp4", baddr.Address)
+	if err != nil {
+		t.Skipf("port taken meanwhile: %v", err)
+	}
+	defer ln.Close()
+	wg = serve(ln)
+	before := targetStats(s, 1).Connections
+	waitFor(t, func() bool {
+		run(2)
+		return targetStats(s, 1).Connections > before
+	})
+	if !targetStats(s, 1).Up {
+		t.Fatal("target back but not up")
+	}
+	ln.Close()
+	waitFor(t, func() bool { return s.Stats().Routes[0].Active == 0 })
+	wg.Wait()
+}
+
+// TestActiveHealthChecks: checks mark a dead target down without any
+// client trying it, and bring it back once it answers Rise times.
+func TestActiveHealthChecks(t *testing.T) {
+	leakCheck(t)
+	a := startBackend(t, "tcp4", echo)
+	dead := deadAddr(t)
+	s := startRelay(t, targetsRoute(func(r *Route) {
+		r.HealthCheck = HealthCheck{Interval: 20 * time.Millisecond, Rise: 2, Fall: 2}
+	}, a.addr, dead))
+	waitFor(t, func() bool { return !targetStats(s, 1).Up })
+	if targetStats(s, 1).DialErrors != 0 {
+		t.Fatal("a check's failure counted as a client's dial error")
+	}
+	for i := range 10 {
+		c := dialRoute(t, s, "r")
+		if err := roundTrip(c, 10, uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	if st := targetStats(s, 1); st.Connections != 0 || st.DialErrors != 0 {
+		t.Fatalf("a client was sent to the target the checks marked down: %+v", st)
+	}
+	ln, err := net.Listen("tcp4", dead.Address)
+	if err != nil {
+		t.Skipf("port taken meanwhile: %v", err)
+	}
+	defer ln.Close()
+	waitFor(t, func() bool { return targetStats(s, 1).Up })
+}
+
+// TestReloadTargets: a reload adds, removes and reweights targets; a
+// connection to a removed target goes on undisturbed, and a kept
+// target's health and counters survive.
+func TestReloadTargets(t *testing.T) {
+	leakCheck(t)
+	a, b, c := startBackend(t, "tcp4", echo), startBackend(t, "tcp4", echo), startBackend(t, "tcp4", echo)
+	dead := deadAddr(t)
+	cfg := targetsRoute(nil, a.addr, dead)
+	s := startRelay(t, cfg)
+	held := dialRoute(t, s, "r") // to a: the dead one is never reached
+	defer held.Close()
+	if err := ping(held); err != nil {
+		t.Fatal(err)
+	}
+	c2 := dialRoute(t, s, "r")
+	ping(c2)
+	c2.Close()
+	if targetStats(s, 1).Up {
+		t.Fatal("dead target up")
+	}
+	// Remove a, keep dead (still down), add b and c weighted 3 to 1.
+	r := cfg.Routes[0]
+	r.Targets = []Target{{dead, 0}, {b.addr, 3}, {c.addr, 1}}
+	if err := s.Update(Config{Routes: []Route{r}}); err != nil {
+		t.Fatal(err)
+	}
+	if st := targetStats(s, 0); st.Up || st.DialErrors == 0 {
+		t.Fatalf("kept target lost its state: %+v", st)
+	}
+	if err := ping(held); err != nil {
+		t.Fatalf("connection to a removed target disturbed: %v", err)
+	}
+	for range 8 {
+		cc := dialRoute(t, s, "r")
+		if err := ping(cc); err != nil {
+			t.Fatal(err)
+		}
+		cc.Close()
+	}
+	waitFor(t, func() bool { return s.Stats().Routes[0].Active == 1 })
+	if nb, nc := targetStats(s, 1).Connections, targetStats(s, 2).Connections; nb != 6 || nc != 2 {
+		t.Fatalf("after reweighting 3:1, %d and %d connections", nb, nc)
+	}
+}
+
+// TestConnLog: one line per finished connection, with why it ended.
+func TestConnLog(t *testing.T) {
+	a := startBackend(t, "tcp4", func(c net.Conn) { c.Write([]byte("bye")) })
+	var buf syncBuffer
+	cfg := targetsRoute(nil, a.addr)
+	cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	cfg.ConnLog = slog.LevelInfo
+	s := startRelay(t, cfg)
+	c := dialRoute(t, s, "r")
+	waitClosed(c, 5*time.Second)
+	c.Close()
+	waitFor(t, func() bool { return strings.Contains(buf.String(), "msg=connection") })
+	line := buf.String()
+	for _, want := range []string{"route=r", "target=" + a.addr.String(), "bytes_up=0", "bytes_down=3", `end="target closed"`, "client=127.0.0.1:"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("log line %q lacks %s", line, want)
+		}
+	}
+}
+
+// TestBadRoutes: each bad value is refused by New with an error naming it.
+func TestBadRoutes(t *testing.T) {
+	tcp := Addr{"tcp", "127.0.0.1:9"}
+	for _, tc := range []struct {
+		name string
+		mod  func(*Route)
+		want string
+	}{
+		{"no targets", func(r *Route) { r.Target = Addr{} }, "no target"},
+		{"all weights 0", func(r *Route) { r.Target, r.Targets = Addr{}, []Target{{tcp, 0}, {Addr{"tcp", "127.0.0.1:10"}, 0}} }, "weight 0"},
+		{"weight too big", func(r *Route) { r.Target, r.Targets = Addr{}, []Target{{tcp, 257}} }, "weight 257"},
+		{"mixed", func(r *Route) { r.Target, r.Targets = Addr{}, []Target{{tcp, 1}, {Addr{"udp", "127.0.0.1:9"}, 1}} }, "UDP relays only to UDP"},
+		{"duplicate", func(r *Route) { r.Target, r.Targets = Addr{}, []Target{{tcp, 1}, {tcp, 2}} }, "twice"},
+		{"both", func(r *Route) { r.Targets = []Target{{Addr{"tcp", "127.0.0.1:10"}, 1}} }, "not both"},
+		{"policy", func(r *Route) { r.Balance = "random" }, `balance "random"`},
+		{"negative dial", func(r *Route) { r.DialTimeout = -time.Second }, "dial timeout -1s is negative"},
+		{"negative idle", func(r *Route) { r.IdleTimeout = -time.Second }, "idle timeout -1s is negative"},
+		{"negative proxy header", func(r *Route) { r.ProxyHeaderTimeout = -1 }, "PROXY header timeout"},
+		{"negative session", func(r *Route) { r.SessionTimeout = -1 }, "session timeout"},
+		{"negative keepalive", func(r *Route) { r.KeepAlive = -1 }, "keep-alive"},
+		{"never session", func(r *Route) { r.SessionTimeout = Never }, "cannot be never"},
+		{"trusted without accept", func(r *Route) { r.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} }, "accept_proxy"},
+		{"check on nothing", func(r *Route) { r.HealthCheck.Rise = 2 }, "need an interval"},
+		{"negative check", func(r *Route) { r.HealthCheck.Interval = -1 }, "negative health check"},
+		{"self", func(r *Route) { r.Target = r.Listen }, "relay to itself"},
+		{"self wildcard", func(r *Route) { r.Listen, r.Target = Addr{"tcp", "0.0.0.0:7000"}, Addr{"tcp", "127.0.0.1:7000"} }, "relay to itself"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Route{Name: "r", Listen: Addr{"tcp", "127.0.0.1:7000"}, Target: tcp}
+			tc.mod(&r)
+			_, err := New(Config{Routes: []Route{r}})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error %q is not one line", err)
+			}
+		})
+	}
+	// One route's target the other's listen address.
+	_, err := New(Config{Routes: []Route{
+		{Name: "a", Listen: Addr{"tcp", "127.0.0.1:7000"}, Target: Addr{"tcp", "127.0.0.1:7001"}},
+		{Name: "b", Listen: Addr{"tcp", "127.0.0.1:7001"}, Target: tcp},
+	}})
+	if err == nil || !strings.Contains(err.Error(), `listen address of route "b"`) {
+		t.Fatalf("error %v", err)
+	}
+}
+
+// TestSelfDialDetected: a target that names the relay's own listener in a
+// way the config cannot see (localhost for 127.0.0.1) is caught when
+// dialled: the client is closed, no loop runs.
+func TestSelfDialDetected(t *testing.T) { forEachEngine(t, testSelfDialDetected) }
+
+func testSelfDialDetected(t *testing.T) {
+	leakCheck(t)
+	port := deadAddr(t).Address[len("127.0.0.1:"):]
+	cfg := targetsRoute(nil, Addr{"tcp", "localhost:" + port})
+	cfg.Routes[0].Listen = Addr{"tcp4", "127.0.0.1:" + port}
+	s, err := New(withEngine(t, cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Skipf("port %s taken meanwhile: %v", port, err)
+	}
+	defer s.Close()
+	for range 3 {
+		c := dialRoute(t, s, "r")
+		if !waitClosed(c, 5*time.Second) {
+			t.Fatal("client of a looping route not closed")
+		}
+		c.Close()
+	}
+	waitFor(t, func() bool { return s.Stats().Routes[0].Active == 0 })
+	// Each client costs at most one extra connection (the dial that
+	// reached the relay), not a chain.
+	if n := s.Stats().Routes[0].Accepted; n > 10 {
+		t.Fatalf("%d connections accepted for 3 clients: the relay looped", n)
+	}
+}
+
+// syncBuffer is a bytes.Buffer for a logger written from many goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
