@@ -38,6 +38,11 @@
 // dropped and counted. With [Route.Workers] above 1 the route reads from
 // that many sockets in one SO_REUSEPORT group, one goroutine each; the
 // kernel hashes every client to one socket, and its replies leave from it.
+// A target given by host name is looked up again every 30 s, in the
+// background, for the sessions that open after; a session keeps the
+// address it started with. When a route stops (a reload that removes or
+// rebinds it, or a shutdown), the datagrams already queued on its sockets
+// are relayed before they close; none that had arrived is dropped.
 //
 // # Operations
 //

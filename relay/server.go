@@ -108,7 +108,8 @@ func (s *Server) sortedNames() []string {
 // route still count against its limits. A UDP route's new target likewise
 // takes new sessions while those under way keep theirs, but the sessions
 // of a removed or rebound route end with it, since their replies leave
-// through its socket. On a bind error, or a UDP route's new target that
+// through its socket (the datagrams queued on it are relayed first). On a
+// bind error, or a UDP route's new target that
 // does not resolve, the routes already applied stay applied, a route that
 // failed goes on with its old settings (listening again where it was, if
 // it was to rebind), and the error names it.
@@ -439,6 +440,7 @@ func (rt *route) serve() {
 	if rt.udp != nil {
 		for _, ln := range rt.udp.lns {
 			rt.srv.serveWG.Add(1)
+			rt.udp.readers.Add(1)
 			go rt.udp.run(ln)
 		}
 	}

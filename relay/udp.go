@@ -24,7 +24,22 @@ const (
 	// 2 KiB (larger ones end a batch early).
 	replyBatch = 32
 	replyBuf   = 128 << 10
+	// maxDrained bounds what a stopping route's reader still relays from
+	// its socket, so that a client that keeps sending cannot hold a reload
+	// or a shutdown up: more than a default receive buffer holds.
+	maxDrained = 1 << 16
+	// resolveTimeout bounds one lookup of a target's host name.
+	resolveTimeout = 5 * time.Second
 )
+
+// resolveEvery is how often a UDP target given by host name is looked up
+// again, for the sessions that open after: a DNS change reaches new
+// sessions within this time, while a session under way keeps its address.
+var resolveEvery = 30 * time.Second
+
+// lookupNetIP looks a host name up; tests replace it to change what a name
+// resolves to.
+var lookupNetIP = net.DefaultResolver.LookupNetIP
 
 // udpRoute relays datagrams: one session per client address (and local
 // address, see sessionKey), each with its own connected upstream socket.
@@ -36,6 +51,10 @@ type udpRoute struct {
 	lns    []*udp.Conn
 	target atomic.Pointer[udpTarget] // where new sessions go; Update may change it
 
+	readers   sync.WaitGroup // the run goroutines
+	stopping  atomic.Bool    // close has begun: readers relay what is queued and exit
+	resolving atomic.Bool    // a lookup of the target's host name is under way
+
 	mu       sync.Mutex
 	sessions map[sessionKey]*session
 	closed   bool
@@ -45,6 +64,9 @@ type udpRoute struct {
 type udpTarget struct {
 	network string
 	addr    netip.AddrPort
+	from    Addr  // as configured
+	byName  bool  // from names a host, not an IP address: look it up again
+	at      int64 // unix nanoseconds of the lookup
 }
 
 // resolved is a target looked up ahead of its use, or the error that gave.
@@ -62,12 +84,80 @@ func (res *resolved) get(r *Route) (*udpTarget, error) {
 }
 
 func resolveTarget(r *Route) (*udpTarget, error) {
-	t := r.Targets[0].Addr
-	ta, err := net.ResolveUDPAddr(t.Network, t.Address)
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	defer cancel()
+	return lookupTarget(ctx, r.Targets[0].Addr)
+}
+
+// lookupTarget resolves a UDP target as net.ResolveUDPAddr does (an IPv4
+// address first for "udp"), through lookupNetIP.
+func lookupTarget(ctx context.Context, t Addr) (*udpTarget, error) {
+	host, port, err := net.SplitHostPort(t.Address)
 	if err != nil {
 		return nil, err
 	}
-	return &udpTarget{t.Network, netip.AddrPortFrom(ta.AddrPort().Addr().Unmap(), ta.AddrPort().Port())}, nil
+	p, err := net.DefaultResolver.LookupPort(ctx, t.Network, port)
+	if err != nil {
+		return nil, err
+	}
+	tg := &udpTarget{network: t.Network, from: t, at: time.Now().UnixNano()}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		tg.addr = netip.AddrPortFrom(ip.Unmap(), uint16(p))
+		return tg, nil
+	}
+	tg.byName = true
+	ipnet := map[string]string{"udp4": "ip4", "udp6": "ip6"}[t.Network]
+	if ipnet == "" {
+		ipnet = "ip"
+	}
+	ips, err := lookupNetIP(ctx, ipnet, host)
+	if err != nil {
+		return nil, err
+	}
+	if len(ips) == 0 {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	ip := ips[0]
+	for _, a := range ips {
+		if a.Unmap().Is4() {
+			ip = a
+			break
+		}
+	}
+	tg.addr = netip.AddrPortFrom(ip.Unmap(), uint16(p))
+	return tg, nil
+}
+
+// targetFor returns where a session opening at now goes. A target given by
+// host name is looked up again in the background once resolveEvery has
+// passed since the last lookup; sessions go to the last address meanwhile.
+func (u *udpRoute) targetFor(now int64) *udpTarget {
+	tg := u.target.Load()
+	if tg.byName && now-tg.at >= int64(resolveEvery) && u.resolving.CompareAndSwap(false, true) {
+		u.rt.srv.serveWG.Add(1)
+		go u.refresh(tg)
+	}
+	return tg
+}
+
+// refresh looks old's host name up again and makes the answer the route's
+// target, unless a reload changed the target meanwhile. On an error the
+// route keeps the address it had, and tries again after resolveEvery.
+func (u *udpRoute) refresh(old *udpTarget) {
+	defer u.rt.srv.serveWG.Done()
+	defer u.resolving.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	defer cancel()
+	tg, err := lookupTarget(ctx, old.from)
+	if err != nil {
+		u.rt.srv.log.Warn("UDP target lookup failed; keeping its last address", "route", u.rt.name, "target", old.from.String(), "addr", old.addr, "err", err)
+		again := *old
+		again.at = time.Now().UnixNano()
+		tg = &again
+	} else if tg.addr != old.addr {
+		u.rt.srv.log.Info("UDP target moved", "route", u.rt.name, "target", old.from.String(), "from", old.addr, "to", tg.addr)
+	}
+	u.target.CompareAndSwap(old, tg)
 }
 
 // update applies a reload's r to the route's sockets: new sessions go to
@@ -177,8 +267,15 @@ func (u *udpRoute) closeListeners() {
 	}
 }
 
-// close stops the route: the readers exit, and every session ends.
+// close stops the route: the readers relay the datagrams their sockets
+// still hold (a reload or a stop loses none that had arrived) and exit,
+// then every session ends.
 func (u *udpRoute) close() {
+	u.stopping.Store(true)
+	for _, ln := range u.lns {
+		ln.SetReadDeadline(time.Unix(1, 0)) // wakes a blocked ReadBatch
+	}
+	u.readers.Wait()
 	u.mu.Lock()
 	u.closed = true
 	for _, s := range u.sessions {
@@ -193,6 +290,7 @@ func (u *udpRoute) close() {
 // coalesces equal-sized runs).
 func (u *udpRoute) run(ln *udp.Conn) {
 	defer u.rt.srv.serveWG.Done()
+	defer u.readers.Done()
 	st := &u.rt.st
 	msgs := make([]udp.Message, udpBatch)
 	for i := range msgs {
@@ -202,6 +300,10 @@ func (u *udpRoute) run(ln *udp.Conn) {
 	for {
 		n, err := ln.ReadBatch(msgs)
 		if err != nil {
+			if u.stopping.Load() {
+				u.drain(ln, msgs, touched)
+				return
+			}
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
@@ -214,31 +316,53 @@ func (u *udpRoute) run(ln *udp.Conn) {
 			}
 			continue
 		}
-		now := time.Now().UnixNano()
-		r := u.rt.cfg.Load()
-		for i := range msgs[:n] {
-			m := &msgs[i]
-			if m.Truncated {
-				st.udpDropTruncated.Add(1)
-				continue
-			}
-			s := u.session(r, ln, m, now, 1)
-			if s == nil {
-				continue
-			}
-			if len(s.out) == 0 {
-				touched = append(touched, s)
-			}
-			s.out = append(s.out, udp.Message{Buf: m.Buf[:m.N]})
-		}
-		for _, s := range touched {
-			u.forward(r, s, s.out)
-			clear(s.out)
-			s.out = s.out[:0]
-		}
-		clear(touched)
-		touched = touched[:0]
+		touched = u.relayBatch(ln, msgs[:n], touched)
 	}
+}
+
+// drain relays what ln still holds once the route is stopping: the
+// datagrams a ReadBatch left pending and those queued on the socket, up
+// to maxDrained, without waiting for more.
+func (u *udpRoute) drain(ln *udp.Conn, msgs []udp.Message, touched []*session) {
+	for done := 0; done < maxDrained; {
+		n, err := ln.ReadQueued(msgs)
+		if n == 0 || err != nil {
+			return
+		}
+		touched = u.relayBatch(ln, msgs[:n], touched)
+		done += n
+	}
+}
+
+// relayBatch forwards the client datagrams in msgs, read from ln, to their
+// sessions, one WriteBatch per session. touched is scratch, returned for
+// reuse.
+func (u *udpRoute) relayBatch(ln *udp.Conn, msgs []udp.Message, touched []*session) []*session {
+	st := &u.rt.st
+	now := time.Now().UnixNano()
+	r := u.rt.cfg.Load()
+	for i := range msgs {
+		m := &msgs[i]
+		if m.Truncated {
+			st.udpDropTruncated.Add(1)
+			continue
+		}
+		s := u.session(r, ln, m, now, 1)
+		if s == nil {
+			continue
+		}
+		if len(s.out) == 0 {
+			touched = append(touched, s)
+		}
+		s.out = append(s.out, udp.Message{Buf: m.Buf[:m.N]})
+	}
+	for _, s := range touched {
+		u.forward(r, s, s.out)
+		clear(s.out)
+		s.out = s.out[:0]
+	}
+	clear(touched)
+	return touched[:0]
 }
 
 // forward sends msgs, the client's datagrams that a batch found s for, to
@@ -294,7 +418,7 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 		st.denied.Add(n)
 		return nil
 	}
-	up, rc, err := openUpstream(u.target.Load(), r.UDPBuffer)
+	up, rc, err := openUpstream(u.targetFor(now), r.UDPBuffer)
 	if err != nil {
 		st.udpDropWrite.Add(n)
 		st.errDial.Add(1)

@@ -1,6 +1,7 @@
 package udp
 
 import (
+	"errors"
 	"sync"
 	"unsafe"
 
@@ -22,6 +23,7 @@ type sysConn struct {
 	pending []*readScratch
 	groSeg  int  // segment size of the last coalesced read; guarded by readMu
 	started bool // the first read has been made; guarded by readMu
+	nowait  bool // ReadQueued: the read does not wait; guarded by readMu
 	// coalesced: the last read saw a coalesced buffer; guarded by readMu
 	coalesced bool
 }
@@ -137,6 +139,8 @@ type readScratch struct {
 	cut    []bool   // per header: more was received than data holds
 	pos    []int    // readBig: first Message of each header's datagrams
 	call   *udpsys.MmsgCall
+	tryFn  func(fd uintptr) // ReadQueued's Control callback, bound once
+	ready  bool             // tryFn found datagrams
 
 	n int // headers filled by the last recvmmsg
 	// GRO leftovers: headers [next, n) hold datagrams not yet delivered;
@@ -149,8 +153,16 @@ type readScratch struct {
 }
 
 var readPool = sync.Pool{New: func() any {
-	return &readScratch{call: udpsys.NewMmsgCall(unix.SYS_RECVMMSG)}
+	s := &readScratch{call: udpsys.NewMmsgCall(unix.SYS_RECVMMSG)}
+	s.tryFn = s.try
+	return s
 }}
+
+// try is the call once, without waiting, for ReadQueued.
+func (s *readScratch) try(fd uintptr) { s.ready = s.call.Fn(fd) }
+
+// errNothingQueued: a ReadQueued found the socket empty.
+var errNothingQueued = errors.New("udp: nothing queued")
 
 // maxPooledSpill bounds the spill buffers a pooled readScratch keeps
 // (4 MiB): enough for batches of 4096 Messages, while a read that had to
@@ -170,8 +182,21 @@ func putRead(s *readScratch) {
 // recvmmsg reads into the prepared headers through the netpoller.
 func (s *readScratch) recvmmsg(c *Conn) error {
 	s.call.Hs = s.hs
-	err := c.rc.Read(s.call.Fn)
+	var err error
+	if c.sys.nowait {
+		// Control runs the call once: false means EAGAIN, nothing queued.
+		s.ready = false
+		err = c.rc.Control(s.tryFn)
+		if err == nil && !s.ready {
+			err = errNothingQueued
+		}
+	} else {
+		err = c.rc.Read(s.call.Fn)
+	}
 	s.call.Hs = nil
+	if err == errNothingQueued {
+		return err
+	}
 	if err != nil {
 		return c.opError("recvmmsg", err)
 	}
@@ -264,6 +289,30 @@ func (c *Conn) ReadBatch(msgs []Message) (int, error) {
 	}
 	c.readMu.Lock()
 	defer c.readMu.Unlock()
+	return c.readBatch(msgs)
+}
+
+// ReadQueued reads as [Conn.ReadBatch] does, but never waits: it returns
+// 0 and a nil error when neither the Conn (datagrams an earlier read left
+// pending) nor the socket holds a datagram. It ignores the read deadline.
+// A server that stops can use it to serve what its socket still holds
+// before closing it.
+func (c *Conn) ReadQueued(msgs []Message) (int, error) {
+	if len(msgs) == 0 {
+		return 0, nil
+	}
+	c.readMu.Lock()
+	defer c.readMu.Unlock()
+	c.sys.nowait = true
+	n, err := c.readBatch(msgs)
+	c.sys.nowait = false
+	if err == errNothingQueued {
+		return 0, nil
+	}
+	return n, err
+}
+
+func (c *Conn) readBatch(msgs []Message) (int, error) {
 	if !c.sys.started {
 		c.sys.started = true
 		c.startGRO()

@@ -2,7 +2,10 @@
 
 package udp
 
-import "net/netip"
+import (
+	"errors"
+	"net/netip"
+)
 
 // sysConn is empty on GOOS other than linux.
 type sysConn struct{}
@@ -90,3 +93,9 @@ func (c *Conn) SetReadBuffer(n int) error { return c.uc.SetReadBuffer(n) }
 
 // SetWriteBuffer sets the socket's send buffer size (SO_SNDBUF).
 func (c *Conn) SetWriteBuffer(n int) error { return c.uc.SetWriteBuffer(n) }
+
+// ReadQueued is not supported on GOOS other than linux, where package net
+// has no read that does not wait: it returns 0 and [errors.ErrUnsupported].
+func (c *Conn) ReadQueued(msgs []Message) (int, error) {
+	return 0, errors.ErrUnsupported
+}

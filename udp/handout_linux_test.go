@@ -413,3 +413,40 @@ func TestWritesSendWhatTheyAreGiven(t *testing.T) {
 	}
 	expect("WriteMsgUDPAddrPort", 3000)
 }
+
+// TestReadQueuedNeverWaits: ReadQueued returns 0 at once on an empty
+// socket, and otherwise what the socket holds and what an earlier read
+// left pending (here, the rest of a coalesced run read two at a time).
+func TestReadQueuedNeverWaits(t *testing.T) {
+	tx := gsoSender(t)
+	rx := listenRx(t)
+	firstRead(t, rx)
+	msgs := makeMsgs(2, 2048)
+	if n, err := rx.ReadQueued(msgs); n != 0 || err != nil {
+		t.Fatalf("empty socket: ReadQueued = %d, %v", n, err)
+	}
+	sendRun(t, tx, rx.AddrPort(), 0)
+	waitReadable(t, rx)
+	got := 0
+	for {
+		n, err := rx.ReadQueued(msgs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		for i := range msgs[:n] {
+			if msgs[i].N != runSize || msgs[i].Buf[0] != byte(got) {
+				t.Fatalf("datagram %d: %d bytes [%d]", got, msgs[i].N, msgs[i].Buf[0])
+			}
+			got++
+		}
+	}
+	if got != runLen {
+		t.Fatalf("ReadQueued got %d datagrams, want %d", got, runLen)
+	}
+	if st := rx.Stats(); st.GROReads != 1 {
+		t.Fatalf("the run was not read as one coalesced buffer: %+v", st)
+	}
+}
