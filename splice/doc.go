@@ -1,9 +1,9 @@
-// Package splice copies streams the way [io.Copy] does, but on Linux lets
-// the kernel move the bytes: splice(2) through a pooled pipe between any
-// two stream descriptors, sendfile(2) from a regular file, and
-// copy_file_range(2) between regular files. Where no descriptor is
-// available it copies through a buffer from [github.com/zeroio/zeroio/pool],
-// never a fresh allocation.
+// Package splice is a drop-in for [io.Copy] between sockets and files
+// that, on Linux, lets the kernel move the bytes: splice(2) through a
+// pooled pipe between any two stream descriptors, sendfile(2) from a
+// regular file, and copy_file_range(2) between regular files. Where no
+// descriptor is available it copies through a buffer from
+// [github.com/zeroio/zeroio/pool], never a fresh allocation.
 //
 // # Drop-in
 //

@@ -1,7 +1,3 @@
-// Command zeroio moves network bytes: `zeroio relay` forwards TCP, Unix
-// and UDP traffic; `zeroio version` prints the build.
-//
-// Run `zeroio help` or `zeroio COMMAND --help` for usage.
 package main
 
 import (

@@ -1,5 +1,6 @@
 // Package nbsys makes system calls on non-blocking sockets (those of
-// package net) as raw calls.
+// package net) as raw calls, so that zeroio's hot paths skip the runtime's
+// entersyscall and the sysmon wake-ups it causes.
 //
 // Every socket package net makes is non-blocking, so its reads and writes
 // return at once, with EAGAIN when there is nothing to do, and the

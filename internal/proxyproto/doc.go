@@ -1,5 +1,7 @@
 // Package proxyproto reads and writes PROXY protocol headers, versions 1
-// (text) and 2 (binary), as specified by HAProxy in
+// (text) and 2 (binary), so that the relay can pass a client's address on
+// to its targets and learn it from a load balancer in front of it. The
+// format is HAProxy's specification,
 // https://www.haproxy.org/download/2.9/doc/proxy-protocol.txt.
 //
 // # Reading
