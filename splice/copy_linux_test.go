@@ -409,7 +409,7 @@ func TestNotSpliceable(t *testing.T) {
 			t.Fatal("content differs")
 		}
 	})
-	// An *os.File dst is spliced into before it is classified (dstKind):
+	// An *os.File dst is spliced into before it is classified (choose):
 	// a blocking pipe fills and answers EAGAIN, which the netpoller
 	// cannot wait for, so the bytes in the copy's pipe go on by Write.
 	t.Run("blocking-pipe-dst", func(t *testing.T) {
