@@ -225,7 +225,7 @@ func (r *report) summarize() {
 				} else {
 					rw.Ratio = bp / bz
 				}
-				if p := mannWhitneyP(cases[rw.BestZero].values(rw.Unit), cases[rw.BestPeer].values(rw.Unit)); !math.IsNaN(p) {
+				if p := pValue(cases[rw.BestZero].values(rw.Unit), cases[rw.BestPeer].values(rw.Unit)); !math.IsNaN(p) {
 					rw.P = p
 				}
 			}

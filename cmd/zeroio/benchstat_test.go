@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-func TestMannWhitneyP(t *testing.T) {
+func TestPValue(t *testing.T) {
 	seq := func(from, to float64) []float64 {
 		var s []float64
 		for v := from; v <= to; v++ {
@@ -29,7 +29,7 @@ func TestMannWhitneyP(t *testing.T) {
 		// All equal: no evidence of any difference.
 		{"equal", []float64{5, 5, 5, 5}, []float64{5, 5, 5}, 1},
 	} {
-		if got := mannWhitneyP(tc.a, tc.b); math.Abs(got-tc.want) > 1e-9 {
+		if got := pValue(tc.a, tc.b); math.Abs(got-tc.want) > 1e-9 {
 			t.Errorf("%s: p = %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -37,13 +37,13 @@ func TestMannWhitneyP(t *testing.T) {
 	// sample against itself is not.
 	a := []float64{10, 10, 11, 11, 12, 12, 13, 13, 14, 14}
 	b := []float64{20, 20, 21, 21, 22, 22, 23, 23, 24, 24}
-	if p := mannWhitneyP(a, b); p >= 0.001 {
+	if p := pValue(a, b); p >= 0.001 {
 		t.Errorf("tied, separated: p = %v, want < 0.001", p)
 	}
-	if p := mannWhitneyP(a, a); p < 0.9 {
+	if p := pValue(a, a); p < 0.9 {
 		t.Errorf("tied, same sample: p = %v, want about 1", p)
 	}
-	if p := mannWhitneyP(nil, b); !math.IsNaN(p) {
+	if p := pValue(nil, b); !math.IsNaN(p) {
 		t.Errorf("empty sample: p = %v, want NaN", p)
 	}
 }

@@ -64,17 +64,6 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
-// Parse decodes the header at the start of b and returns it with its length
-// in bytes. If b holds only the beginning of a valid header, the error
-// wraps io.ErrUnexpectedEOF.
-func Parse(b []byte) (Header, int, error) {
-	h, n, _, err := parse(b)
-	if err == errShort {
-		err = fmt.Errorf("proxyproto: %w", io.ErrUnexpectedEOF)
-	}
-	return h, n, err
-}
-
 // parse decodes b; on errShort, need is the number of bytes (>len(b)) that
 // must be available before the header can be decided.
 func parse(b []byte) (h Header, n, need int, err error) {
