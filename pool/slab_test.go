@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/zeroio/zeroio/internal/percpu"
 )
 
 // mustSlab returns a slab of n slots of size bytes, with per-P caches if
@@ -169,23 +171,45 @@ func testSlabMisuse(t *testing.T, perP bool) {
 		}
 	})
 	t.Run("concurrent-double-put", func(t *testing.T) {
+		// Racers, one per P, wait at a spinning barrier. The last to
+		// arrive releases the others and so starts ahead of them; it
+		// waits a different number of spins each round, which sweeps
+		// the offset between the racers' Puts across the few
+		// nanoseconds where a Put that checks the slot and then stores
+		// it (instead of one compare-and-swap) lets two of them
+		// succeed. That catches it without the race detector.
+		racers := max(2, runtime.GOMAXPROCS(0))
+		rounds := 300_000
+		if percpu.RaceEnabled {
+			rounds = 2000 // the race detector reports such a Put itself
+		}
 		s := mustSlab(t, 16, 64, perP)
-		for range 200 {
+		for round := range rounds {
 			b := s.Get()
-			var ok atomic.Int32
+			var ok, ready atomic.Int32
+			var start atomic.Bool
 			var wg sync.WaitGroup
-			for range 4 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
+			for range racers {
+				wg.Go(func() {
+					if ready.Add(1) == int32(racers) {
+						start.Store(true)
+						for range round % 256 {
+							ready.Load()
+						}
+					}
+					for i := 0; !start.Load(); i++ {
+						if i%1024 == 1023 {
+							runtime.Gosched() // fewer Ps than racers
+						}
+					}
 					if s.Put(b) == nil {
 						ok.Add(1)
 					}
-				}()
+				})
 			}
 			wg.Wait()
 			if ok.Load() != 1 {
-				t.Fatalf("%d of 4 racing Puts of one buffer succeeded", ok.Load())
+				t.Fatalf("round %d: %d of %d racing Puts of one buffer succeeded", round, ok.Load(), racers)
 			}
 		}
 	})

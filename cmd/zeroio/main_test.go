@@ -593,12 +593,21 @@ func TestReloadGlobalLimitAndSignals(t *testing.T) {
 
 func ping(t *testing.T, c net.Conn) {
 	t.Helper()
+	if err := pingErr(c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pingErr is ping for other goroutines than the test's: it returns the
+// error for the caller to report with t.Error.
+func pingErr(c net.Conn) error {
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	io.WriteString(c, "ping")
 	var b [4]byte
 	if _, err := io.ReadFull(c, b[:]); err != nil || string(b[:]) != "ping" {
-		t.Fatalf("ping: %q %v", b, err)
+		return fmt.Errorf("ping: %q %v", b, err)
 	}
+	return nil
 }
 
 // TestIperf3 drives the relay with iperf3 in both directions.
