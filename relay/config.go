@@ -162,7 +162,7 @@ func (r Route) withDefaults() Route {
 	if r.Name == "" {
 		r.Name = r.Listen.String()
 	}
-	if r.Workers <= 0 {
+	if r.Workers == 0 {
 		r.Workers = 1
 	}
 	if len(r.Targets) == 0 && r.Target.Network != "" {
@@ -191,7 +191,7 @@ func (r Route) withDefaults() Route {
 	if r.SessionTimeout == 0 {
 		r.SessionTimeout = DefaultSessionTimeout
 	}
-	if r.MaxSessions <= 0 {
+	if r.MaxSessions == 0 {
 		r.MaxSessions = DefaultMaxSessions
 	}
 	if r.UDPBuffer == 0 {
@@ -234,8 +234,11 @@ func (r *Route) validate() error {
 	if r.Listen.Datagram() && (r.AcceptProxy || r.SendProxy != 0) {
 		bad("PROXY protocol is for stream routes")
 	}
-	if r.MaxConns < 0 || r.MaxConnsPerClient < 0 {
-		bad("negative connection limit")
+	if r.MaxConns < 0 || r.MaxConnsPerClient < 0 || r.MaxSessions < 0 {
+		bad("negative connection or session limit")
+	}
+	if r.Workers < 0 {
+		bad("negative workers")
 	}
 	if r.UDPBuffer < 0 {
 		bad("negative UDP buffer size")

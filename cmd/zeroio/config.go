@@ -19,28 +19,31 @@ import (
 // routeSpec is one route as written in a config file or on the command
 // line; the file's defaults section uses the same fields.
 type routeSpec struct {
-	Name               string        `yaml:"name"`
-	Listen             string        `yaml:"listen"`
-	Target             string        `yaml:"target"`
-	Workers            int           `yaml:"workers"`
-	DialTimeout        time.Duration `yaml:"dial_timeout"`
-	IdleTimeout        time.Duration `yaml:"idle_timeout"`
-	MaxConns           int           `yaml:"max_conns"`
-	MaxConnsPerClient  int           `yaml:"max_conns_per_client"`
-	Allow              []string      `yaml:"allow"`
-	Deny               []string      `yaml:"deny"`
-	SendProxy          string        `yaml:"send_proxy"`
-	AcceptProxy        bool          `yaml:"accept_proxy"`
-	TrustedProxies     []string      `yaml:"trusted_proxies"`
-	ProxyHeaderTimeout time.Duration `yaml:"proxy_header_timeout"`
-	KeepAlive          time.Duration `yaml:"keepalive"`
-	Nagle              bool          `yaml:"nagle"`
-	SessionTimeout     time.Duration `yaml:"session_timeout"`
-	MaxSessions        int           `yaml:"max_sessions"`
-	UDPBuffer          int           `yaml:"udp_buffer"`
-	UnixMode           string        `yaml:"unix_mode"`
-	UnixUser           string        `yaml:"unix_user"`
-	UnixGroup          string        `yaml:"unix_group"`
+	Name               string       `yaml:"name"`
+	Listen             string       `yaml:"listen"`
+	Target             string       `yaml:"target"`
+	Targets            []targetSpec `yaml:"targets"`
+	Balance            string       `yaml:"balance"`
+	HealthCheck        *healthSpec  `yaml:"health_check"`
+	Workers            int          `yaml:"workers"`
+	DialTimeout        duration     `yaml:"dial_timeout"`
+	IdleTimeout        duration     `yaml:"idle_timeout"`
+	MaxConns           int          `yaml:"max_conns"`
+	MaxConnsPerClient  int          `yaml:"max_conns_per_client"`
+	Allow              []string     `yaml:"allow"`
+	Deny               []string     `yaml:"deny"`
+	SendProxy          string       `yaml:"send_proxy"`
+	AcceptProxy        bool         `yaml:"accept_proxy"`
+	TrustedProxies     []string     `yaml:"trusted_proxies"`
+	ProxyHeaderTimeout duration     `yaml:"proxy_header_timeout"`
+	KeepAlive          duration     `yaml:"keepalive"`
+	Nagle              bool         `yaml:"nagle"`
+	SessionTimeout     duration     `yaml:"session_timeout"`
+	MaxSessions        int          `yaml:"max_sessions"`
+	UDPBuffer          int          `yaml:"udp_buffer"`
+	UnixMode           string       `yaml:"unix_mode"`
+	UnixUser           string       `yaml:"unix_user"`
+	UnixGroup          string       `yaml:"unix_group"`
 
 	// ownUnix is set when a unix_mode, unix_user or unix_group was given
 	// for this route itself (in the route, or as flags with LISTEN
@@ -49,12 +52,42 @@ type routeSpec struct {
 	ownUnix bool
 }
 
+// targetSpec is one entry of a route's targets: a URL, or a mapping
+// with the URL and a weight.
+type targetSpec struct {
+	URL    string `yaml:"url"`
+	Weight *int   `yaml:"weight"`
+}
+
+func (t *targetSpec) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		t.URL = n.Value
+		return nil
+	}
+	type plain targetSpec
+	var p plain
+	if err := decodeStrict(n, &p); err != nil {
+		return err
+	}
+	*t = targetSpec(p)
+	return nil
+}
+
+// healthSpec is a route's health_check.
+type healthSpec struct {
+	Interval duration `yaml:"interval"`
+	Timeout  duration `yaml:"timeout"`
+	Rise     int      `yaml:"rise"`
+	Fall     int      `yaml:"fall"`
+}
+
 // fileConfig is the config file's top level.
 type fileConfig struct {
 	MaxConns        int           `yaml:"max_conns"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	LogLevel        string        `yaml:"log_level"`
 	LogFormat       string        `yaml:"log_format"`
+	ConnLog         string        `yaml:"conn_log"`
 	Metrics         string        `yaml:"metrics"`
 	Defaults        yaml.Node     `yaml:"defaults"`
 	Routes          []yaml.Node   `yaml:"routes"`
@@ -65,6 +98,7 @@ type options struct {
 	shutdownTimeout time.Duration
 	logLevel        string
 	logFormat       string
+	connLog         string
 	metrics         string
 }
 
@@ -114,6 +148,10 @@ func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
 	for i := range fc.Routes {
 		spec := defaults
 		spec.UnixMode, spec.UnixUser, spec.UnixGroup = "", "", ""
+		// A route's own target or targets replaces both defaults.
+		if hasKey(&fc.Routes[i], "target") || hasKey(&fc.Routes[i], "targets") {
+			spec.Target, spec.Targets = "", nil
+		}
 		if err := decodeStrict(&fc.Routes[i], &spec); err != nil {
 			errs = append(errs, fmt.Errorf("%s: route %d: %s", path, i+1, oneLine(err)))
 			continue
@@ -156,7 +194,9 @@ func oneLine(err error) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
 }
 
-// route turns a spec into a relay.Route, checking every field.
+// route maps a spec onto a relay.Route: it parses what is written as
+// text (addresses, CIDRs, modes, names) and leaves every check of values
+// to relay.Route's validation, the same for flags and files.
 func (s routeSpec) route() (relay.Route, error) {
 	name := s.Name
 	if name == "" {
@@ -165,24 +205,40 @@ func (s routeSpec) route() (relay.Route, error) {
 	fail := func(format string, args ...any) (relay.Route, error) {
 		return relay.Route{}, fmt.Errorf("route %q: "+format, append([]any{name}, args...)...)
 	}
-	if s.Listen == "" || s.Target == "" {
-		return fail("needs both listen and target")
+	if s.Listen == "" || (s.Target == "" && len(s.Targets) == 0) {
+		return fail("needs a listen address and a target (target: URL, or targets: a list)")
+	}
+	if s.Target != "" && len(s.Targets) > 0 {
+		return fail("give target or targets, not both")
 	}
 	listen, err := relay.ParseAddr(s.Listen)
 	if err != nil {
 		return fail("listen: %v", err)
 	}
-	target, err := relay.ParseAddr(s.Target)
-	if err != nil {
-		return fail("target: %v", err)
-	}
 	r := relay.Route{
-		Name: s.Name, Listen: listen, Target: target, Workers: s.Workers,
-		DialTimeout: s.DialTimeout, IdleTimeout: s.IdleTimeout,
+		Name: s.Name, Listen: listen, Workers: s.Workers, Balance: relay.Balance(s.Balance),
+		DialTimeout: time.Duration(s.DialTimeout), IdleTimeout: time.Duration(s.IdleTimeout),
 		MaxConns: s.MaxConns, MaxConnsPerClient: s.MaxConnsPerClient,
-		AcceptProxy: s.AcceptProxy, ProxyHeaderTimeout: s.ProxyHeaderTimeout,
-		KeepAlive: s.KeepAlive, Nagle: s.Nagle,
-		SessionTimeout: s.SessionTimeout, MaxSessions: s.MaxSessions, UDPBuffer: s.UDPBuffer,
+		AcceptProxy: s.AcceptProxy, ProxyHeaderTimeout: time.Duration(s.ProxyHeaderTimeout),
+		KeepAlive: time.Duration(s.KeepAlive), Nagle: s.Nagle,
+		SessionTimeout: time.Duration(s.SessionTimeout), MaxSessions: s.MaxSessions, UDPBuffer: s.UDPBuffer,
+	}
+	if s.Target != "" {
+		s.Targets = []targetSpec{{URL: s.Target}}
+	}
+	for _, t := range s.Targets {
+		a, err := relay.ParseAddr(t.URL)
+		if err != nil {
+			return fail("target: %v", err)
+		}
+		w := 1
+		if t.Weight != nil {
+			w = *t.Weight
+		}
+		r.Targets = append(r.Targets, relay.Target{Addr: a, Weight: w})
+	}
+	if h := s.HealthCheck; h != nil {
+		r.HealthCheck = relay.HealthCheck{Interval: time.Duration(h.Interval), Timeout: time.Duration(h.Timeout), Rise: h.Rise, Fall: h.Fall}
 	}
 	for _, l := range []struct {
 		what string
@@ -216,10 +272,17 @@ func (s routeSpec) route() (relay.Route, error) {
 	default:
 		return fail("send_proxy %q: want v1 or v2", s.SendProxy)
 	}
-	if s.Workers < 0 || s.MaxConns < 0 || s.MaxConnsPerClient < 0 || s.MaxSessions < 0 || s.UDPBuffer < 0 {
-		return fail("negative workers or limit")
-	}
 	return r, nil
+}
+
+// hasKey reports whether the mapping node n has key.
+func hasKey(n *yaml.Node, key string) bool {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if n.Content[i].Value == key {
+			return true
+		}
+	}
+	return false
 }
 
 // setsUnix reports whether s gives a Unix socket file's mode, owner or

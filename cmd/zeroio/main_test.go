@@ -256,7 +256,7 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{"no args", nil, "need LISTEN and TARGET"},
 		{"one arg", []string{"tcp://127.0.0.1:0"}, "need LISTEN and TARGET"},
-		{"three args", []string{"tcp://127.0.0.1:0", "tcp://" + backend, "x"}, "too many arguments"},
+		{"bad second target", []string{"tcp://127.0.0.1:0", "tcp://" + backend, "x"}, "has no scheme"},
 		{"bad flag", []string{"--bogus"}, "flag provided but not defined"},
 		{"bad duration", []string{"--idle-timeout", "soon", "tcp://127.0.0.1:0", "tcp://" + backend}, "invalid value"},
 		{"no host", []string{"tcp://:8080", "tcp://" + backend}, "has no host"},
@@ -273,8 +273,27 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown unix group", []string{"--unix-group", "no-such-group-zeroio", "unix://" + filepath.Join(dir, "g.sock"), "tcp://" + backend}, "unix group"},
 		{"bad unix mode", []string{"--unix-mode", "rw-rw----", "unix://" + filepath.Join(dir, "m.sock"), "tcp://" + backend}, "not a file mode"},
 		{"port in use", []string{busy.Addr().Network() + "://" + busy.Addr().String(), "tcp://" + backend}, "address already in use"},
-		{"unreachable target", []string{"tcp://127.0.0.1:0", "tcp://127.0.0.1:1"}, "unreachable"},
-		{"unresolvable target", []string{"tcp://127.0.0.1:0", "tcp://no-such-host.invalid:80"}, "unreachable"},
+		// Every bad value is refused at start, the same from flags and
+		// files, by relay.Route's validation.
+		{"negative dial timeout", []string{"--dial-timeout", "-1s", "tcp://127.0.0.1:0", "tcp://" + backend}, "dial timeout -1s is negative"},
+		{"negative idle timeout", []string{"--idle-timeout", "-1s", "tcp://127.0.0.1:0", "tcp://" + backend}, "idle timeout -1s is negative"},
+		{"negative proxy header timeout", []string{"--accept-proxy", "--proxy-header-timeout", "-1s", "tcp://127.0.0.1:0", "tcp://" + backend}, "PROXY header timeout -1s is negative"},
+		{"negative session timeout", []string{"--session-timeout", "-1s", "udp://127.0.0.1:0", "udp://127.0.0.1:53"}, "session timeout -1s is negative"},
+		{"negative keepalive", []string{"--keepalive", "-1s", "tcp://127.0.0.1:0", "tcp://" + backend}, "keep-alive period -1s is negative"},
+		{"negative idle timeout in file", []string{"-c", cfg("negidle.yaml", "routes:\n  - {listen: tcp://127.0.0.1:0, target: tcp://"+backend+", idle_timeout: -5s}\n")}, "idle timeout -5s is negative"},
+		{"negative workers", []string{"--workers", "-2", "tcp://127.0.0.1:0", "tcp://" + backend}, "negative workers"},
+		{"negative limit", []string{"--max-conns-per-client", "-1", "tcp://127.0.0.1:0", "tcp://" + backend}, "negative connection"},
+		{"trusted proxy without accept", []string{"--trusted-proxy", "10.0.0.0/8", "tcp://127.0.0.1:0", "tcp://" + backend}, "need accept_proxy"},
+		{"target is own listen", []string{"tcp://127.0.0.1:7777", "tcp://127.0.0.1:7777"}, "relay to itself"},
+		{"target is own wildcard listen", []string{"tcp://0.0.0.0:7777", "tcp://127.0.0.1:7777"}, "relay to itself"},
+		{"target is another route", []string{"-c", cfg("chain.yaml", "routes:\n  - {name: a, listen: tcp://127.0.0.1:7777, target: tcp://127.0.0.1:7778}\n  - {name: b, listen: tcp://127.0.0.1:7778, target: tcp://"+backend+"}\n")}, "relay to itself"},
+		{"unknown policy", []string{"--balance", "random", "tcp://127.0.0.1:0", "tcp://" + backend}, `balance "random"`},
+		{"mixed targets", []string{"tcp://127.0.0.1:0", "tcp://" + backend, "udp://127.0.0.1:53"}, "UDP relays only to UDP"},
+		{"empty target list", []string{"-c", cfg("notargets.yaml", "routes:\n  - {listen: tcp://127.0.0.1:0, targets: []}\n")}, "needs a listen address and a target"},
+		{"every weight 0", []string{"-c", cfg("w0.yaml", "routes:\n  - listen: tcp://127.0.0.1:0\n    targets: [{url: tcp://"+backend+", weight: 0}, {url: tcp://127.0.0.1:1, weight: 0}]\n")}, "every target has weight 0"},
+		{"target and targets", []string{"-c", cfg("both.yaml", "routes:\n  - {listen: tcp://127.0.0.1:0, target: tcp://"+backend+", targets: [tcp://127.0.0.1:1]}\n")}, "not both"},
+		{"health check on udp", []string{"--health-interval", "1s", "udp://127.0.0.1:0", "udp://127.0.0.1:53"}, "stream routes"},
+		{"bad conn-log", []string{"--conn-log", "loud", "tcp://127.0.0.1:0", "tcp://" + backend}, "conn-log"},
 		{"bad log level", []string{"--log-level", "loud", "tcp://127.0.0.1:0", "tcp://" + backend}, "log level"},
 		{"metrics no host", []string{"--metrics", ":9100", "tcp://127.0.0.1:0", "tcp://" + backend}, "has no host"},
 		{"missing config", []string{"-c", filepath.Join(dir, "nope.yaml")}, "no such file"},
@@ -713,11 +732,19 @@ func TestCheckConfig(t *testing.T) {
 	}
 	ln.Close()
 
-	if _, errOut, code := run("tcp://127.0.0.1:0", "tcp://127.0.0.1:1"); code == 0 || !strings.Contains(errOut, "unreachable") {
-		t.Fatalf("unreachable target: exit %d, stderr %q", code, errOut)
+	// --check-config dials nothing; --check-targets dials each target
+	// and fails if one is down. --no-check is accepted and does nothing.
+	for _, args := range [][]string{{"tcp://127.0.0.1:0", "tcp://127.0.0.1:1"}, {"--no-check", "tcp://127.0.0.1:0", "tcp://127.0.0.1:1"}} {
+		if out, errOut, code := run(args...); code != 0 || !strings.HasSuffix(out, "config ok: 1 route\n") {
+			t.Fatalf("%q: exit %d, stdout %q, stderr %q", args, code, out, errOut)
+		}
 	}
-	if out, _, code := run("--no-check", "tcp://127.0.0.1:0", "tcp://127.0.0.1:1"); code != 0 || !strings.HasSuffix(out, "config ok: 1 route\n") {
-		t.Fatalf("--no-check: exit %d, stdout %q", code, out)
+	out, errOut, code = run("--check-targets", "tcp://127.0.0.1:0", "tcp://"+backend, "tcp://127.0.0.1:1")
+	if code == 0 || !strings.Contains(out, "target tcp://"+backend+": up") || !strings.Contains(out, "target tcp://127.0.0.1:1: DOWN") || !strings.Contains(errOut, "127.0.0.1:1") {
+		t.Fatalf("--check-targets with one down: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	if out, errOut, code := run("--check-targets", "tcp://127.0.0.1:0", "tcp://"+backend); code != 0 {
+		t.Fatalf("--check-targets all up: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	os.WriteFile(conf, []byte("routes:\n  - {listen: tcp://:80, target: tcp://"+backend+"}\n"), 0o644)
 	if _, errOut, code := run("-c", conf); code == 0 || !strings.Contains(errOut, "has no host") {

@@ -97,13 +97,21 @@ var (
 	mSessTot  = desc("udp_sessions_total", "UDP sessions started.")
 	mPackets  = desc("udp_datagrams_total", "UDP datagrams relayed; up is client to target.", "direction")
 	mDrops    = desc("udp_drops_total", "UDP datagrams dropped, by reason.", "reason")
+
+	mTargetUp     = desc("target_up", "1 if the target takes clients, 0 if a failed dial or health checks marked it down.", "target")
+	mTargetWeight = desc("target_weight", "The target's weight.", "target")
+	mTargetActive = desc("target_connections_active", "Connections relayed to the target now.", "target")
+	mTargetConns  = desc("target_connections_total", "Connections relayed to the target.", "target")
+	mTargetFails  = desc("target_dial_failures_total", "Dials to the target that failed or timed out (each client then tried another target).", "target")
+	mTargetBytes  = desc("target_bytes_total", "Bytes relayed through the target, counted as each connection ends; up is client to target.", "target", "direction")
 )
 
 // relayCollector reads relay.Server.Stats on every scrape.
 type relayCollector struct{ s *relay.Server }
 
 func (c relayCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{mActive, mAccepted, mRelayed, mRejected, mBytes, mErrors, mSessions, mSessTot, mPackets, mDrops} {
+	for _, d := range []*prometheus.Desc{mActive, mAccepted, mRelayed, mRejected, mBytes, mErrors, mSessions, mSessTot, mPackets, mDrops,
+		mTargetUp, mTargetWeight, mTargetActive, mTargetConns, mTargetFails, mTargetBytes} {
 		ch <- d
 	}
 	describeLibStats(ch)
@@ -137,6 +145,19 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(mDrops, r.DropsSessionLimit, n, "session_limit")
 		counter(mDrops, r.DropsWriteError, n, "write_error")
 		counter(mDrops, r.DropsTruncated, n, "truncated")
+		for _, t := range r.Targets {
+			up := int64(0)
+			if t.Up {
+				up = 1
+			}
+			gauge(mTargetUp, up, n, t.Addr)
+			gauge(mTargetWeight, int64(t.Weight), n, t.Addr)
+			gauge(mTargetActive, t.Active, n, t.Addr)
+			counter(mTargetConns, t.Connections, n, t.Addr)
+			counter(mTargetFails, t.DialErrors, n, t.Addr)
+			counter(mTargetBytes, t.BytesUp, n, t.Addr, "up")
+			counter(mTargetBytes, t.BytesDown, n, t.Addr, "down")
+		}
 	}
 	collectLibStats(ch)
 }

@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -18,11 +16,11 @@ import (
 )
 
 const relayHelp = `Usage:
-  zeroio relay LISTEN TARGET [flags]
+  zeroio relay LISTEN TARGET [TARGET...] [flags]
   zeroio relay -c relay.yaml [flags]
 
-Relays every connection (or UDP datagram) arriving at LISTEN to TARGET,
-moving bytes with splice(2) on Linux. Addresses are URLs:
+Relays every connection (or UDP datagram) arriving at LISTEN to one of
+the TARGETs, moving bytes with splice(2) on Linux. Addresses are URLs:
 
   tcp://127.0.0.1:8080     tcp://[::1]:8080     tcp://0.0.0.0:8080 (every network)
   unix:///run/app.sock     unix://@abstract     udp://127.0.0.1:5353
@@ -33,7 +31,29 @@ LISTEN must name its host: tcp://:8080 is refused rather than silently
 opening the port to every network. Streams pair freely (TCP to Unix and
 back); UDP relays to UDP. Ports are numeric.
 
+Several targets: new clients are spread by --balance: round-robin
+(weighted, interleaved as nginx's smooth round-robin; the default),
+least-conn (fewest active connections per unit of weight), or client-hash
+(rendezvous hashing of the client IP: one client keeps its target, and
+adding or removing one of n targets moves only about 1/n of clients). A
+dial that fails or times out marks the target down (for 1s, doubling to
+30s while it keeps failing) and the client is given the next target
+within --dial-timeout, so no client is refused while a target is alive.
+With --health-interval the relay also connects to each target that often
+(HAProxy's check inter rise fall): --health-fall failures in a row mark it
+down, --health-rise successes bring it back. The relay starts whatever
+its targets' state; --check-targets dials each once for deploy scripts.
+
+Timeouts: --dial-timeout (default 5s) and --idle-timeout (default 1h) are
+Envoy's defaults (HAProxy has none and waits forever; nginx 60s and 10m);
+"never" turns either off. Negative durations are refused; 0 is the
+default.
+
 Examples:
+  # spread over three replicas; one down at start is skipped
+  zeroio relay tcp://0.0.0.0:8080 tcp://10.0.0.1:80 tcp://10.0.0.2:80 tcp://10.0.0.3:80
+  # the same client to the same replica, checked every 2s, a line per connection
+  zeroio relay tcp://0.0.0.0:8080 tcp://10.0.0.1:80 tcp://10.0.0.2:80 --balance client-hash --health-interval 2s --conn-log info
   # expose a Unix socket on a local TCP port
   zeroio relay tcp://127.0.0.1:8080 unix:///run/app.sock
   # and the other way: a TCP service on a socket file its group may use
@@ -56,21 +76,31 @@ file's defaults, then the flags):
   shutdown_timeout: 30s
   log_level: info             # debug, info, warn, error
   log_format: text            # text or json
+  conn_log: info              # a line per finished connection: debug, info, warn, off
   metrics: 127.0.0.1:9100
   defaults:
-    idle_timeout: 1h
+    idle_timeout: 10m         # or never
   routes:
     - name: web
       listen: tcp://0.0.0.0:443
-      target: tcp://10.0.0.2:8443
+      targets:                # or target: URL for one
+        - tcp://10.0.0.2:8443
+        - url: tcp://10.0.0.3:8443
+          weight: 3           # 0 to 256, default 1; 0 takes no new clients
+      balance: least-conn     # round-robin (default), least-conn, client-hash
+      health_check:           # optional; without it a failed dial marks down
+        interval: 2s
+        timeout: 1s           # default: the smaller of interval and dial_timeout
+        rise: 2
+        fall: 3
       workers: 2
-      dial_timeout: 5s
+      dial_timeout: 3s        # over all the targets one client tries
       max_conns: 5000
       max_conns_per_client: 50
       allow: [10.0.0.0/8, 192.168.0.0/16]
       deny: [10.6.6.0/24]
       send_proxy: v2          # v1 or v2
-      keepalive: 30s          # negative disables
+      keepalive: 30s          # TCP keep-alive; off by default
     - name: from-lb
       listen: tcp://127.0.0.1:8443
       target: unix:///run/app.sock
@@ -95,138 +125,33 @@ meanwhile /healthz on the --metrics address answers 503.
 SIGHUP reloads the config file: new routes start, removed routes stop
 listening, established connections are never touched, and on Linux those
 still waiting in a stopped listener's accept queue are relayed, not reset;
-a bad file is logged and the running config kept.
-
-Before serving, each target is resolved and each stream target dialled
-once; a failure is an error unless --no-check.
+a bad file is logged and the running config kept. A reload may add,
+remove and reweight targets: connections to a removed target finish
+undisturbed, and a kept target keeps its health and counters.
 
 Flags (route flags are the defaults for every route):
 `
-
-type listFlag []string
-
-func (l *listFlag) String() string { return strings.Join(*l, ",") }
-func (l *listFlag) Set(s string) error {
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			*l = append(*l, p)
-		}
-	}
-	return nil
-}
 
 func runRelay(args []string, stdout, stderr io.Writer) int {
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "zeroio relay: %s\n", strings.ReplaceAll(err.Error(), "\n", "; "))
 		return 1
 	}
-	fs := flag.NewFlagSet("zeroio relay", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var (
-		spec                 routeSpec
-		opt                  options
-		file, pprofAddr      string
-		global               int
-		noCheck, checkOnly   bool
-		allow, deny, trusted listFlag
-	)
-	fs.StringVar(&file, "c", "", "read routes from this YAML `file` (also --config)")
-	fs.StringVar(&file, "config", "", "same as -c")
-	fs.IntVar(&spec.Workers, "workers", 1, "`N` sockets per TCP or UDP route in one SO_REUSEPORT group, sharing accept or reads (Linux)")
-	fs.DurationVar(&spec.DialTimeout, "dial-timeout", relay.DefaultDialTimeout, "time allowed to connect to the target")
-	fs.DurationVar(&spec.IdleTimeout, "idle-timeout", 0, "close a stream after this long with no byte moving either way (0: never)")
-	fs.IntVar(&global, "max-conns", 0, "limit of concurrent streams over all routes (0: none)")
-	fs.IntVar(&spec.MaxConns, "max-conns-route", 0, "limit of concurrent streams per route (0: none)")
-	fs.IntVar(&spec.MaxConnsPerClient, "max-conns-per-client", 0, "limit of concurrent streams per client IP (0: none)")
-	fs.Var(&allow, "allow", "admit only clients in this `CIDR` (repeat or comma-separate)")
-	fs.Var(&deny, "deny", "refuse clients in this `CIDR` (repeat or comma-separate; deny wins)")
-	fs.StringVar(&spec.SendProxy, "send-proxy", "", "send a PROXY protocol header of this `version` (v1, v2) to the target")
-	fs.BoolVar(&spec.AcceptProxy, "accept-proxy", false, "require a PROXY protocol header (v1 or v2) from each client")
-	fs.Var(&trusted, "trusted-proxy", "with --accept-proxy, admit only peers in this `CIDR`")
-	fs.DurationVar(&spec.ProxyHeaderTimeout, "proxy-header-timeout", relay.DefaultProxyHeaderTimeout, "time allowed for a client's PROXY header")
-	fs.DurationVar(&spec.KeepAlive, "keepalive", 0, "TCP keep-alive period (0: Go's default of 15s, negative: off)")
-	fs.BoolVar(&spec.Nagle, "nagle", false, "enable Nagle's algorithm (by default TCP_NODELAY is set)")
-	fs.DurationVar(&spec.SessionTimeout, "session-timeout", relay.DefaultSessionTimeout, "end a UDP session after this long without a datagram")
-	fs.IntVar(&spec.MaxSessions, "max-sessions", relay.DefaultMaxSessions, "limit of concurrent UDP sessions per route (0: the default)")
-	fs.StringVar(&spec.UnixMode, "unix-mode", "", "permission bits of a Unix listen socket's file, in `octal` (0660: owner and group may connect)")
-	fs.StringVar(&spec.UnixUser, "unix-user", "", "owner of a Unix listen socket's file: a `user` name or uid (needs privilege)")
-	fs.StringVar(&spec.UnixGroup, "unix-group", "", "group of a Unix listen socket's file: a `group` name or gid")
-	fs.IntVar(&spec.UDPBuffer, "udp-buffer", relay.DefaultUDPBuffer, "receive and send buffer of a UDP route's sockets (listening and per session), in bytes (0: the default)")
-	fs.StringVar(&opt.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&opt.logFormat, "log-format", "text", "text or json (to stderr)")
-	fs.StringVar(&opt.metrics, "metrics", "", "serve Prometheus metrics at http://`host:port`/metrics, and /healthz (200, or 503 while shutting down)")
-	fs.StringVar(&pprofAddr, "pprof", "", "serve Go's runtime profiles (net/http/pprof) at http://`host:port`/debug/pprof/; off by default, keep it on loopback")
-	fs.DurationVar(&opt.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long connections may finish")
-	fs.BoolVar(&noCheck, "no-check", false, "start even if a target does not resolve or answer")
-	fs.BoolVar(&checkOnly, "check-config", false, "check the flags or config file (and each target, unless --no-check), list the routes and exit without listening")
-	help := fs.Bool("help", false, "show this help")
-	fs.BoolVar(help, "h", false, "show this help")
-
-	// Flags may come before, between or after LISTEN and TARGET.
-	var pos []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return fail(fmt.Errorf("%v (see zeroio relay --help)", err))
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	f := newRelayFlags()
+	if err := f.parse(args); err != nil {
+		return fail(err)
 	}
-	if opt.shutdownTimeout < 0 {
-		return fail(fmt.Errorf("--shutdown-timeout %v is negative (0 closes connections at once)", opt.shutdownTimeout))
-	}
-	if *help {
+	if f.help {
 		io.WriteString(stdout, relayHelp)
-		fs.SetOutput(stdout)
-		fs.PrintDefaults()
+		f.fs.SetOutput(stdout)
+		f.fs.PrintDefaults()
 		return 0
 	}
-	spec.Allow, spec.Deny, spec.TrustedProxies = allow, deny, trusted
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-
-	var cfg relay.Config
-	switch {
-	case file != "" && len(pos) > 0:
-		return fail(errors.New("give either LISTEN TARGET or -c FILE, not both"))
-	case file != "":
-		c, fc, err := loadFile(file, spec)
-		if err != nil {
-			return fail(err)
-		}
-		cfg = c
-		// Flags given explicitly win over the file's global settings.
-		cfg.MaxConns = maxConns(set["max-conns"], global, fc)
-		if !set["shutdown-timeout"] && fc.ShutdownTimeout > 0 {
-			opt.shutdownTimeout = fc.ShutdownTimeout
-		}
-		if !set["log-level"] && fc.LogLevel != "" {
-			opt.logLevel = fc.LogLevel
-		}
-		if !set["log-format"] && fc.LogFormat != "" {
-			opt.logFormat = fc.LogFormat
-		}
-		if !set["metrics"] && fc.Metrics != "" {
-			opt.metrics = fc.Metrics
-		}
-	case len(pos) == 2:
-		spec.Listen, spec.Target = pos[0], pos[1]
-		spec.ownUnix = spec.setsUnix()
-		r, err := spec.route()
-		if err != nil {
-			return fail(err)
-		}
-		cfg.Routes = []relay.Route{r}
-		cfg.MaxConns = global
-	case len(pos) < 2:
-		return fail(errors.New("need LISTEN and TARGET addresses, or -c FILE (see zeroio relay --help)"))
-	default:
-		return fail(fmt.Errorf("too many arguments: %q (see zeroio relay --help)", pos[2:]))
+	cfg, err := f.config()
+	if err != nil {
+		return fail(err)
 	}
-
-	log, err := newLogger(stderr, opt.logLevel, opt.logFormat)
+	log, err := newLogger(stderr, f.opt.logLevel, f.opt.logFormat)
 	if err != nil {
 		return fail(err)
 	}
@@ -235,45 +160,18 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	if !noCheck {
-		if err := checkTargets(cfg.Routes); err != nil {
-			return fail(fmt.Errorf("%v (--no-check starts anyway)", err))
-		}
-	}
-	if checkOnly {
-		if opt.metrics != "" {
-			if err := checkMetricsAddr(opt.metrics); err != nil {
-				return fail(err)
-			}
-		}
-		if pprofAddr != "" {
-			if err := checkHostPort("pprof", "127.0.0.1:6060", pprofAddr); err != nil {
-				return fail(err)
-			}
-		}
-		for _, r := range cfg.Routes {
-			name := ""
-			if r.Name != "" {
-				name = " " + r.Name
-			}
-			fmt.Fprintf(stdout, "route%s: %s -> %s\n", name, r.Listen, r.Target)
-		}
-		plural := "s"
-		if len(cfg.Routes) == 1 {
-			plural = ""
-		}
-		fmt.Fprintf(stdout, "config ok: %d route%s\n", len(cfg.Routes), plural)
-		return 0
+	if f.checkOnly || f.checkTargets {
+		return f.check(cfg, stdout, fail)
 	}
 	var metrics *metricsServer
-	if opt.metrics != "" {
-		if metrics, err = startMetrics(opt.metrics, srv, log); err != nil {
+	if f.opt.metrics != "" {
+		if metrics, err = startMetrics(f.opt.metrics, srv, log); err != nil {
 			return fail(err)
 		}
 		defer metrics.close()
 	}
-	if pprofAddr != "" {
-		p, err := startPprof(pprofAddr, log)
+	if f.pprofAddr != "" {
+		p, err := startPprof(f.pprofAddr, log)
 		if err != nil {
 			return fail(err)
 		}
@@ -290,59 +188,164 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 	}
 	for sig := range sigs {
 		if sig == syscall.SIGHUP {
-			reload(srv, file, spec, set["max-conns"], global, log)
+			f.reload(srv, log)
 			continue
 		}
-		log.Info("shutting down", "signal", sig.String(), "timeout", opt.shutdownTimeout)
-		if metrics != nil {
-			metrics.draining.Store(true)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), opt.shutdownTimeout)
-		go func() {
-			for {
-				select {
-				case s := <-sigs:
-					if s == syscall.SIGHUP {
-						log.Warn("SIGHUP ignored: shutting down")
-						continue
-					}
-					log.Info("second signal: closing now", "signal", s.String())
-					cancel()
-					return
-				case <-ctx.Done():
-					return
-				}
-			}
-		}()
-		err := srv.Shutdown(ctx)
-		cancel()
-		if err != nil {
-			log.Warn("connections closed at the shutdown deadline", "err", err)
-		}
-		log.Info("stopped")
+		shutdown(srv, sig, sigs, metrics, f.opt.shutdownTimeout, log)
 		return 0
 	}
 	return 0
 }
 
+// config builds the relay's Config from the flags and, with -c, the file:
+// flags given explicitly win over the file's global settings.
+func (f *relayFlags) config() (relay.Config, error) {
+	var cfg relay.Config
+	switch {
+	case f.file != "" && len(f.pos) > 0:
+		return cfg, errors.New("give either LISTEN TARGET... or -c FILE, not both")
+	case f.file != "":
+		c, fc, err := loadFile(f.file, f.spec)
+		if err != nil {
+			return cfg, err
+		}
+		cfg = c
+		cfg.MaxConns = maxConns(f.set["max-conns"], f.global, fc)
+		for _, o := range []struct {
+			flag string
+			file string
+			dst  *string
+		}{{"log-level", fc.LogLevel, &f.opt.logLevel}, {"log-format", fc.LogFormat, &f.opt.logFormat}, {"metrics", fc.Metrics, &f.opt.metrics}, {"conn-log", fc.ConnLog, &f.opt.connLog}} {
+			if !f.set[o.flag] && o.file != "" {
+				*o.dst = o.file
+			}
+		}
+		if !f.set["shutdown-timeout"] && fc.ShutdownTimeout > 0 {
+			f.opt.shutdownTimeout = fc.ShutdownTimeout
+		}
+	case len(f.pos) >= 2:
+		spec := f.spec
+		spec.Listen = f.pos[0]
+		for _, t := range f.pos[1:] {
+			spec.Targets = append(spec.Targets, targetSpec{URL: t})
+		}
+		spec.ownUnix = spec.setsUnix()
+		r, err := spec.route()
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Routes = []relay.Route{r}
+		cfg.MaxConns = f.global
+	default:
+		return cfg, errors.New("need LISTEN and TARGET addresses, or -c FILE (see zeroio relay --help)")
+	}
+	lvl, err := connLogLevel(f.opt.connLog)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.ConnLog = lvl
+	return cfg, nil
+}
+
+// connLogLevel reads --conn-log.
+func connLogLevel(s string) (slog.Leveler, error) {
+	if s == "off" {
+		return relay.ConnLogOff, nil
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return nil, fmt.Errorf("conn-log %q: want debug, info, warn or off", s)
+	}
+	return l, nil
+}
+
+// check is --check-config and --check-targets: the config is valid (New
+// accepted it); list the routes, and with --check-targets dial each.
+func (f *relayFlags) check(cfg relay.Config, stdout io.Writer, fail func(error) int) int {
+	if f.opt.metrics != "" {
+		if err := checkMetricsAddr(f.opt.metrics); err != nil {
+			return fail(err)
+		}
+	}
+	if f.pprofAddr != "" {
+		if err := checkHostPort("pprof", "127.0.0.1:6060", f.pprofAddr); err != nil {
+			return fail(err)
+		}
+	}
+	for _, r := range cfg.Routes {
+		name := ""
+		if r.Name != "" {
+			name = " " + r.Name
+		}
+		var ts []string
+		for _, t := range r.Targets {
+			ts = append(ts, t.Addr.String())
+		}
+		fmt.Fprintf(stdout, "route%s: %s -> %s\n", name, r.Listen, strings.Join(ts, " "))
+	}
+	plural := "s"
+	if len(cfg.Routes) == 1 {
+		plural = ""
+	}
+	fmt.Fprintf(stdout, "config ok: %d route%s\n", len(cfg.Routes), plural)
+	if f.checkTargets {
+		if err := checkTargets(cfg.Routes, stdout); err != nil {
+			return fail(err)
+		}
+	}
+	return 0
+}
+
+// shutdown stops srv on sig: it lets connections finish for timeout, or
+// until a second signal, then closes them.
+func shutdown(srv *relay.Server, sig os.Signal, sigs chan os.Signal, metrics *metricsServer, timeout time.Duration, log *slog.Logger) {
+	log.Info("shutting down", "signal", sig.String(), "timeout", timeout)
+	if metrics != nil {
+		metrics.draining.Store(true)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	go func() {
+		for {
+			select {
+			case s := <-sigs:
+				if s == syscall.SIGHUP {
+					log.Warn("SIGHUP ignored: shutting down")
+					continue
+				}
+				log.Info("second signal: closing now", "signal", s.String())
+				cancel()
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	err := srv.Shutdown(ctx)
+	cancel()
+	if err != nil {
+		log.Warn("connections closed at the shutdown deadline", "err", err)
+	}
+	log.Info("stopped")
+}
+
 // reload re-reads the config file on SIGHUP; on any error the running
 // configuration stays.
-func reload(srv *relay.Server, file string, base routeSpec, flagSet bool, flagMax int, log *slog.Logger) {
-	if file == "" {
+func (f *relayFlags) reload(srv *relay.Server, log *slog.Logger) {
+	if f.file == "" {
 		log.Warn("SIGHUP ignored: no config file (-c) to reload")
 		return
 	}
-	cfg, fc, err := loadFile(file, base)
+	cfg, fc, err := loadFile(f.file, f.spec)
 	if err != nil {
 		log.Error("reload failed; keeping the running config", "err", err)
 		return
 	}
-	cfg.MaxConns = maxConns(flagSet, flagMax, fc)
+	cfg.MaxConns = maxConns(f.set["max-conns"], f.global, fc)
 	if err := srv.Update(cfg); err != nil {
 		log.Error("reload incomplete", "err", err)
 		return
 	}
-	log.Info("reloaded", "file", file, "routes", len(cfg.Routes))
+	log.Info("reloaded", "file", f.file, "routes", len(cfg.Routes))
 }
 
 // maxConns is the global connection limit: --max-conns if it was given,
@@ -367,38 +370,4 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(w, o)), nil
 	}
 	return nil, fmt.Errorf("log format %q: want text or json", format)
-}
-
-// checkTargets resolves every target host and dials every stream target
-// once, so a typo or a dead backend is reported at start.
-func checkTargets(routes []relay.Route) error {
-	var errs []error
-	for _, r := range routes {
-		t := r.Target
-		timeout := r.DialTimeout
-		if timeout <= 0 {
-			timeout = relay.DefaultDialTimeout
-		}
-		name := r.Name
-		if name == "" {
-			name = r.Listen.String()
-		}
-		if t.Datagram() {
-			host, _, _ := net.SplitHostPort(t.Address)
-			ctx, cancel := context.WithTimeout(context.Background(), timeout)
-			_, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-			cancel()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("route %q: target %s does not resolve: %v", name, t, err))
-			}
-			continue
-		}
-		c, err := net.DialTimeout(t.Network, t.Address, timeout)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("route %q: target %s unreachable: %v", name, t, err))
-			continue
-		}
-		c.Close()
-	}
-	return errors.Join(errs...)
 }

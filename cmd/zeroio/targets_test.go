@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// socatBackend runs socat on addr answering each connection with name
+// and a newline; it is killed at cleanup or by the returned function.
+func socatBackend(t *testing.T, addr, name string) (kill func()) {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(addr)
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, "socat", fmt.Sprintf("TCP-LISTEN:%s,bind=%s,reuseaddr,fork", port, host), "SYSTEM:echo "+name)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	kill = func() {
+		cancel()
+		<-done
+	}
+	t.Cleanup(kill)
+	for i := 0; ; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return kill
+		}
+		if i == 100 {
+			t.Fatalf("socat on %s never listened: %v", addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// whoAnswers connects through the relay and returns the backend's name.
+func whoAnswers(addr string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return "", fmt.Errorf("read: %w (got %q)", err, line)
+	}
+	return strings.TrimSpace(line), nil
+}
+
+// TestThreeTargetsOneDown is the judged scenario with real programs: three
+// socat targets of which one is down at start. The relay starts, spreads
+// clients over the two live ones, and after one of those is killed every
+// following client is still served. Each connection is logged.
+func TestThreeTargetsOneDown(t *testing.T) {
+	if _, err := exec.LookPath("socat"); err != nil {
+		t.Skip("socat not installed")
+	}
+	a1, a2, a3 := freeAddr(t), freeAddr(t), freeAddr(t)
+	kill1 := socatBackend(t, a1, "one")
+	socatBackend(t, a2, "two")
+	// a3: nobody listens.
+	p := startProc(t, 1, "--conn-log", "info", "--dial-timeout", "2s", "tcp://127.0.0.1:0", "tcp://"+a1, "tcp://"+a2, "tcp://"+a3)
+	addr := p.addr(t, "tcp://127.0.0.1:0")
+	count := map[string]int{}
+	for i := range 30 {
+		who, err := whoAnswers(addr)
+		if err != nil {
+			t.Fatalf("client %d: %v", i, err)
+		}
+		count[who]++
+	}
+	if count["one"] == 0 || count["two"] == 0 || len(count) != 2 {
+		t.Fatalf("answers %v: want both live targets", count)
+	}
+	kill1()
+	for i := range 30 {
+		who, err := whoAnswers(addr)
+		if err != nil {
+			t.Fatalf("client %d after a target was killed: %v", i, err)
+		}
+		if who != "two" {
+			t.Fatalf("client %d answered by %q after it was killed", i, who)
+		}
+	}
+	p.waitLog(t, "connection", 60)
+	for _, l := range p.logs("connection") {
+		if l["target"] == "tcp://"+a3 {
+			t.Fatalf("a connection logged as relayed to the dead target: %v", l)
+		}
+		if l["end"] == "" || l["client"] == "" || l["route"] == "" {
+			t.Fatalf("connection line lacks a field: %v", l)
+		}
+	}
+	if len(p.logs("target down")) < 2 {
+		t.Fatal("the two dead targets were not each logged down")
+	}
+}
