@@ -34,6 +34,15 @@ Suites:
           reused 64 KiB buffer
   relay   zeroio relay against a Go io.Copy relay, and HAProxy and socat
           when they are on PATH
+  relay-http
+          the zeroio relay command between wrk and nginx (keep-alive and
+          Connection: close 1 KiB GETs, 1 MiB GETs) against HAProxy, the
+          Go io.Copy relay and a minimal C epoll relay (the floor, built
+          with cc); req/s, p99 latency, relay CPU per request
+  relay-tls
+          TLS connection churn through the zeroio relay command, a plain
+          route and routes chosen by SNI, against HAProxy (req.ssl_sni);
+          relay CPU per connection
 
 Writes to --out (default ./bench-out):
   table.txt    the terminal table: medians, zeroio's ratio to the best
@@ -155,6 +164,14 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	if err := checkOutDir(o.out); err != nil {
 		fmt.Fprintf(stderr, "zeroio bench: --out %s: %v\n", o.out, err)
 		return 2
+	}
+	// The relay-http and relay-tls suites run this executable's own
+	// `zeroio relay`. A test binary has no such command: its tests set
+	// bench.ZeroioCommand to a zeroio they built.
+	if bench.ZeroioCommand == "" && !testing.Testing() {
+		if exe, err := os.Executable(); err == nil {
+			bench.ZeroioCommand = exe
+		}
 	}
 	rep, err := runSuites(o, stderr)
 	if err != nil {

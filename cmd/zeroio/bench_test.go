@@ -48,6 +48,9 @@ func TestBenchQuick(t *testing.T) {
 		t.Skip("benchmarks under the race detector measure the detector")
 	}
 	dir := t.TempDir()
+	// The relay-http and relay-tls suites run `zeroio relay`, which this
+	// test binary is not.
+	bench.ZeroioCommand = binary
 	var stdout, stderr bytes.Buffer
 	code := run([]string{"bench", "--quick", "--out", dir}, &stdout, &stderr)
 	if code != 0 {

@@ -306,7 +306,7 @@ func pivotHTML(s *suiteResult, withRatio bool) template.HTML {
 		b.WriteString("<th>zeroio vs best peer</th>")
 	}
 	b.WriteString("</tr>")
-	for _, rw := range s.Rows {
+	for _, rw := range append(s.Rows[:len(s.Rows):len(s.Rows)], s.AlsoRows...) {
 		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td>", template.HTMLEscapeString(rw.Config), template.HTMLEscapeString(rw.Unit))
 		for _, im := range s.Impls {
 			v, ok := medianOf(s, rw.Config, im, rw.Unit)

@@ -49,8 +49,10 @@ type suiteResult struct {
 	Cases   []*caseResult `json:"cases"`
 	// Rows pivot the cases: one per config, with the median of Metric for
 	// each impl and zeroio's ratio to the best peer.
-	Rows  []row    `json:"rows"`
-	Impls []string `json:"impls"`
+	Rows []row `json:"rows"`
+	// AlsoRows pivot the units of Also the same way, unit by unit.
+	AlsoRows []row    `json:"also_rows,omitempty"`
+	Impls    []string `json:"impls"`
 }
 
 type row struct {
@@ -155,9 +157,9 @@ func median(vs []float64) float64 {
 func isZeroio(impl string) bool { return strings.HasPrefix(impl, "zeroio") }
 
 // isBaseline reports impls that bound what is possible rather than compete
-// (traffic that goes direct, with no relay in between): shown, never the
-// "best peer".
-func isBaseline(impl string) bool { return impl == "direct" }
+// (traffic that goes direct, with no relay in between; the C floor, a
+// relay with no feature): shown, never the "best peer".
+func isBaseline(impl string) bool { return impl == "direct" || impl == "c-floor" }
 
 // summarize computes medians, the pivot rows and the ratios.
 func (r *report) summarize() {
@@ -188,50 +190,63 @@ func (r *report) summarize() {
 			}
 		}
 		for _, cfg := range configs {
-			rw := row{Config: cfg, Unit: rowUnit(s, cfg), Medians: map[string]float64{}}
-			rw.Higher = bench.HigherIsBetter(rw.Unit)
-			cases := map[string]*caseResult{} // the config's, by impl
-			for _, c := range s.Cases {
-				if c.Config != cfg {
-					continue
-				}
-				cases[c.Impl] = c
-				if v, ok := c.Medians[rw.Unit]; ok {
-					rw.Medians[c.Impl] = v
+			s.Rows = append(s.Rows, pivot(s, cfg, rowUnit(s, cfg)))
+		}
+		for _, u := range s.Also {
+			for _, cfg := range configs {
+				if rw := pivot(s, cfg, u); len(rw.Medians) > 0 {
+					s.AlsoRows = append(s.AlsoRows, rw)
 				}
 			}
-			better := func(a, b float64) bool {
-				if rw.Higher {
-					return a > b
-				}
-				return a < b
-			}
-			var bz, bp float64
-			for impl, v := range rw.Medians {
-				if isBaseline(impl) {
-					continue
-				}
-				if isZeroio(impl) {
-					if rw.BestZero == "" || better(v, bz) {
-						rw.BestZero, bz = impl, v
-					}
-				} else if rw.BestPeer == "" || better(v, bp) {
-					rw.BestPeer, bp = impl, v
-				}
-			}
-			if rw.BestZero != "" && rw.BestPeer != "" && bz > 0 && bp > 0 {
-				if rw.Higher {
-					rw.Ratio = bz / bp
-				} else {
-					rw.Ratio = bp / bz
-				}
-				if p := pValue(cases[rw.BestZero].values(rw.Unit), cases[rw.BestPeer].values(rw.Unit)); !math.IsNaN(p) {
-					rw.P = p
-				}
-			}
-			s.Rows = append(s.Rows, rw)
 		}
 	}
+}
+
+// pivot makes the row of one config in unit: each impl's median, and
+// zeroio's ratio to the best peer with its p-value.
+func pivot(s *suiteResult, cfg, unit string) row {
+	rw := row{Config: cfg, Unit: unit, Medians: map[string]float64{}}
+	rw.Higher = bench.HigherIsBetter(rw.Unit)
+	cases := map[string]*caseResult{} // the config's, by impl
+	for _, c := range s.Cases {
+		if c.Config != cfg {
+			continue
+		}
+		cases[c.Impl] = c
+		if v, ok := c.Medians[rw.Unit]; ok {
+			rw.Medians[c.Impl] = v
+		}
+	}
+	better := func(a, b float64) bool {
+		if rw.Higher {
+			return a > b
+		}
+		return a < b
+	}
+	var bz, bp float64
+	for impl, v := range rw.Medians {
+		if isBaseline(impl) {
+			continue
+		}
+		if isZeroio(impl) {
+			if rw.BestZero == "" || better(v, bz) {
+				rw.BestZero, bz = impl, v
+			}
+		} else if rw.BestPeer == "" || better(v, bp) {
+			rw.BestPeer, bp = impl, v
+		}
+	}
+	if rw.BestZero != "" && rw.BestPeer != "" && bz > 0 && bp > 0 {
+		if rw.Higher {
+			rw.Ratio = bz / bp
+		} else {
+			rw.Ratio = bp / bz
+		}
+		if p := pValue(cases[rw.BestZero].values(rw.Unit), cases[rw.BestPeer].values(rw.Unit)); !math.IsNaN(p) {
+			rw.P = p
+		}
+	}
+	return rw
 }
 
 // rowUnit picks the unit a config is judged by: the suite's metric if its
@@ -333,28 +348,24 @@ func (r *report) writeTable(w io.Writer) {
 		for _, n := range s.Notes {
 			fmt.Fprintf(w, "  note: %s\n", n)
 		}
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprint(tw, "config\t")
-		for _, im := range s.Impls {
-			fmt.Fprintf(tw, "%s\t", im)
-		}
-		fmt.Fprint(tw, "ratio\tp\tvs\t\n")
-		for _, rw := range s.Rows {
-			fmt.Fprintf(tw, "%s\t", rw.Config)
-			for _, im := range s.Impls {
-				v, ok := rw.Medians[im]
-				if !ok {
-					v = math.NaN()
+		writeRows(w, s, s.Rows, s.Metric)
+		for _, u := range s.Also {
+			var rows []row
+			for _, rw := range s.AlsoRows {
+				if rw.Unit == u {
+					rows = append(rows, rw)
 				}
-				fmt.Fprintf(tw, "%s\t", formatValue(v))
 			}
-			vs := rw.BestPeer
-			if rw.Unit != s.Metric {
-				vs += " (" + rw.Unit + ")"
+			if len(rows) == 0 {
+				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t\n", formatRatio(rw.Ratio), formatP(rw), vs)
+			dir := "lower is better"
+			if bench.HigherIsBetter(u) {
+				dir = "higher is better"
+			}
+			fmt.Fprintf(w, "  %s (%s)\n", u, dir)
+			writeRows(w, s, rows, u)
 		}
-		tw.Flush()
 		for _, c := range s.Cases {
 			if c.Failed != "" {
 				fmt.Fprintf(w, "  FAILED %s: %s\n", c.Name, c.Failed)
@@ -363,6 +374,34 @@ func (r *report) writeTable(w io.Writer) {
 			}
 		}
 	}
+}
+
+// writeRows prints rows as a table of each impl's median, zeroio's ratio
+// to the best peer, its p-value and that peer; a row judged by another
+// unit than unit says which.
+func writeRows(w io.Writer, s *suiteResult, rows []row, unit string) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "config\t")
+	for _, im := range s.Impls {
+		fmt.Fprintf(tw, "%s\t", im)
+	}
+	fmt.Fprint(tw, "ratio\tp\tvs\t\n")
+	for _, rw := range rows {
+		fmt.Fprintf(tw, "%s\t", rw.Config)
+		for _, im := range s.Impls {
+			v, ok := rw.Medians[im]
+			if !ok {
+				v = math.NaN()
+			}
+			fmt.Fprintf(tw, "%s\t", formatValue(v))
+		}
+		vs := rw.BestPeer
+		if rw.Unit != unit {
+			vs += " (" + rw.Unit + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", formatRatio(rw.Ratio), formatP(rw), vs)
+	}
+	tw.Flush()
 }
 
 // writeRaw writes every sample as a Go benchmark result line, the format

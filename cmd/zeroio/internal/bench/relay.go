@@ -27,6 +27,7 @@ import (
 //   - copy64k: a read/write loop through a 64 KiB buffer per direction
 //   - haproxy: HAProxy in mode tcp with option splice-auto
 //   - socat: socat TCP-LISTEN,fork (UDP-LISTEN for datagrams)
+//   - c-floor: a minimal C epoll relay (cfloor.go), TCP only
 //   - stdnet (UDP): net.UDPConn one datagram per call, a goroutine and a
 //     connected upstream socket per client
 //
@@ -190,6 +191,9 @@ type relayProc struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	addr  string
+	// exited, if not nil, is closed once a goroutine's cmd.Wait returned
+	// (a second Wait would return at once).
+	exited <-chan struct{}
 }
 
 // startRelayProc starts impl relaying to target ("tcp://..." or
@@ -198,6 +202,8 @@ func startRelayProc(impl, target string) (*relayProc, error) {
 	var cmd *exec.Cmd
 	tgt := strings.SplitN(target, "://", 2)
 	switch impl {
+	case "c-floor":
+		return startCFloor(tgt[1])
 	case "haproxy", "socat":
 		port, err := freePort(tgt[0])
 		if err != nil {
@@ -260,6 +266,12 @@ listen relay
 	}
 	cmd = exec.Command(exe)
 	cmd.Env = append(os.Environ(), relayChildEnv+"="+impl, relayTargetEnv+"="+target)
+	return startListenChild(cmd, "relay child "+impl)
+}
+
+// startListenChild starts a relay that prints "LISTEN host:port" on
+// stdout once it listens and serves until its stdin closes.
+func startListenChild(cmd *exec.Cmd, name string) (*relayProc, error) {
 	cmd.Stderr = os.Stderr
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
@@ -270,7 +282,7 @@ listen relay
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if !strings.HasPrefix(line, "LISTEN ") {
 		p.stop()
-		return nil, fmt.Errorf("relay child %s: %q %v", impl, line, err)
+		return nil, fmt.Errorf("%s: %q %v", name, line, err)
 	}
 	p.addr = strings.TrimSpace(strings.TrimPrefix(line, "LISTEN "))
 	return p, nil
@@ -300,8 +312,12 @@ func (p *relayProc) stop() {
 	} else {
 		killGroup(p.cmd, false)
 	}
-	done := make(chan struct{})
-	go func() { p.cmd.Wait(); close(done) }()
+	done := p.exited
+	if done == nil {
+		d := make(chan struct{})
+		go func() { p.cmd.Wait(); close(d) }()
+		done = d
+	}
 	select {
 	case <-done:
 	case <-time.After(2 * time.Second):

@@ -135,13 +135,21 @@ func runIperfClient(args []string) (iperfResult, error) {
 	return res, nil
 }
 
-func waitListen(addr string) bool {
-	for range 300 {
+func waitListen(addr string) bool { return waitListenOrExit(addr, nil) }
+
+// waitListenOrExit waits up to 10 s for addr to accept a connection, and
+// gives up early once exited (the process meant to listen) is closed.
+func waitListenOrExit(addr string, exited <-chan struct{}) bool {
+	for range 1000 {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
 			return true
 		}
-		time.Sleep(10 * time.Millisecond)
+		select {
+		case <-exited:
+			return false
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 	return false
 }

@@ -20,7 +20,7 @@ type Case struct {
 // A Suite is one Benchmark function's worth of cases.
 type Suite struct {
 	// Group is what `zeroio bench --suite` selects: pool, udp, splice,
-	// relay.
+	// relay, relay-http, relay-tls.
 	Group string
 	// Name is the Benchmark function's name without "Benchmark": "Pool"
 	// runs as BenchmarkPool.
@@ -83,7 +83,7 @@ func Suites() []Suite {
 }
 
 // Groups lists the suite groups in the order they run.
-var Groups = []string{"pool", "udp", "splice", "relay"}
+var Groups = []string{"pool", "udp", "splice", "relay", "relay-http", "relay-tls"}
 
 func groupOrder(g string) int {
 	for i, x := range Groups {
