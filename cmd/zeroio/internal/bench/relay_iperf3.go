@@ -175,6 +175,30 @@ func procCPU(pid int) float64 {
 	return ticks / 100 // USER_HZ is 100 on Linux
 }
 
+// procCPUNs returns the CPU time of a process's threads in nanoseconds,
+// the sum of the first field of each /proc/PID/task/TID/schedstat
+// (proc(5)), or 0 for pid 0. Threads that exited are not counted: the
+// relays measured keep theirs for their life.
+func procCPUNs(pid int) int64 {
+	if pid == 0 {
+		return 0
+	}
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	es, _ := os.ReadDir(dir)
+	var ns int64
+	for _, e := range es {
+		b, err := os.ReadFile(dir + "/" + e.Name() + "/schedstat")
+		if err != nil {
+			continue // the thread just exited
+		}
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			v, _ := strconv.ParseInt(f[0], 10, 64)
+			ns += v
+		}
+	}
+	return ns
+}
+
 // procStatus returns a /proc/PID/status field in kB (VmRSS).
 func procStatus(pid int, field string) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
