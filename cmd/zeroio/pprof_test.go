@@ -46,7 +46,7 @@ func TestPprofBadAddress(t *testing.T) {
 		{"localhost", "want host:port"},
 	} {
 		var out, errOut bytes.Buffer
-		code := run([]string{"relay", "--pprof", c.addr, "--no-check", "--check-config", "tcp://127.0.0.1:0", "tcp://127.0.0.1:1"}, &out, &errOut)
+		code := run([]string{"relay", "--pprof", c.addr, "--check-config", "tcp://127.0.0.1:0", "tcp://127.0.0.1:1"}, &out, &errOut)
 		if code == 0 || !strings.Contains(errOut.String(), "pprof address") || !strings.Contains(errOut.String(), c.want) {
 			t.Errorf("--pprof %s: exit %d, stderr %q", c.addr, code, errOut.String())
 		}

@@ -28,9 +28,9 @@ var zeroioEngines = sync.OnceValue(func() []string {
 	}
 	var out []string
 	for _, e := range []string{"event", "goroutine"} {
-		// --check-config with --no-check parses and validates, and
-		// neither listens nor dials.
-		err := exec.Command(ZeroioCommand, "relay", "--engine", e, "--check-config", "--no-check",
+		// --check-config parses and validates, and neither listens
+		// nor dials.
+		err := exec.Command(ZeroioCommand, "relay", "--engine", e, "--check-config",
 			"tcp://127.0.0.1:0", "tcp://127.0.0.1:1").Run()
 		if err == nil {
 			out = append(out, e)
@@ -58,7 +58,7 @@ func startZeroio(impl, listen string, args ...string) (*relayProc, error) {
 	if ZeroioCommand == "" {
 		return nil, errors.New("no zeroio executable to run (bench.ZeroioCommand is unset)")
 	}
-	all := []string{"relay", "--log-level", "warn", "--no-check", "--shutdown-timeout", "0"}
+	all := []string{"relay", "--log-level", "warn", "--shutdown-timeout", "0"}
 	if e, ok := strings.CutPrefix(impl, "zeroio-"); ok {
 		all = append(all, "--engine", e)
 	}

@@ -313,7 +313,7 @@ func zeroioRejects(file string) string {
 	if ZeroioCommand == "" {
 		return "no zeroio executable to run"
 	}
-	out, err := exec.Command(ZeroioCommand, "relay", "-c", file, "--check-config", "--no-check").CombinedOutput()
+	out, err := exec.Command(ZeroioCommand, "relay", "-c", file, "--check-config").CombinedOutput()
 	if err == nil {
 		return ""
 	}
