@@ -6,6 +6,7 @@ require (
 	github.com/bytedance/gopkg v0.1.4
 	github.com/libp2p/go-buffer-pool v0.1.0
 	github.com/prometheus/client_golang v1.25.0
+	github.com/quic-go/quic-go v0.65.0
 	github.com/valyala/bytebufferpool v1.0.0
 	github.com/zeroio/zeroio v0.0.0-00010101000000-000000000000
 	go.yaml.in/yaml/v3 v3.0.6
@@ -32,6 +33,7 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/schollz/progressbar/v3 v3.19.1 // indirect
+	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/image v0.46.0 // indirect
 	golang.org/x/term v0.47.0 // indirect
 	golang.org/x/text v0.43.0 // indirect

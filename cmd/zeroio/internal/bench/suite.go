@@ -83,7 +83,7 @@ func Suites() []Suite {
 }
 
 // Groups lists the suite groups in the order they run.
-var Groups = []string{"pool", "udp", "splice", "relay", "relay-http", "relay-tls"}
+var Groups = []string{"pool", "udp", "splice", "relay", "relay-http", "relay-tls", "quic"}
 
 func groupOrder(g string) int {
 	for i, x := range Groups {

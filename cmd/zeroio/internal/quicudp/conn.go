@@ -1,0 +1,117 @@
+// Package quicudp hands a [udp.Conn] to quic-go so that quic-go reads
+// through zeroio's batch reader, with GRO, instead of reading the socket
+// itself.
+//
+// quic-go reads a *net.UDPConn, or anything with its methods, through
+// x/net's ipv4.PacketConn.ReadBatch on the raw socket; a *udp.Conn handed
+// over as it is works that way too (handing out the socket turns GRO off,
+// see package udp). quic-go first asks the connection whether it has a
+// ReadBatch of x/net's shape; [Conn] has one, which calls
+// [udp.Conn.ReadBatch], so the kernel may coalesce quic-go's datagrams
+// (GRO) and zeroio splits them. Its SyscallConn gives quic-go what it
+// needs the descriptor for, socket options, without handing the socket
+// out:
+//
+//	c, _ := udp.Listen("udp", ":4433", nil)
+//	tr := &quic.Transport{Conn: quicudp.New(c)}
+package quicudp
+
+import (
+	"net"
+	"syscall"
+	"unsafe"
+
+	"github.com/zeroio/zeroio/udp"
+	"golang.org/x/net/ipv4"
+)
+
+// Conn is a *udp.Conn with the ReadBatch quic-go looks for.
+type Conn struct {
+	*udp.Conn
+	msgs []udp.Message // ReadBatch's scratch; quic-go reads from one goroutine
+}
+
+// New wraps c for quic-go.
+func New(c *udp.Conn) *Conn { return &Conn{Conn: c} }
+
+// ReadBatch reads up to len(ms) datagrams with [udp.Conn.ReadBatch], one
+// per message, each into ms[i].Buffers[0], with its control messages in
+// ms[i].OOB: the ReadBatch of x/net's ipv4.PacketConn, which quic-go calls.
+func (c *Conn) ReadBatch(ms []ipv4.Message, _ int) (int, error) {
+	if cap(c.msgs) < len(ms) {
+		c.msgs = make([]udp.Message, len(ms))
+	}
+	msgs := c.msgs[:len(ms)]
+	for i := range ms {
+		var b []byte
+		if len(ms[i].Buffers) > 0 {
+			b = ms[i].Buffers[0]
+		}
+		msgs[i] = udp.Message{Buf: b, OOB: ms[i].OOB}
+	}
+	n, err := c.Conn.ReadBatch(msgs)
+	keepBuffers(ms[:n], msgs[:n])
+	for i := range msgs[:n] {
+		m := &msgs[i]
+		ms[i].N, ms[i].NN, ms[i].Flags = m.N, m.NOOB, m.Flags
+		ms[i].Addr = net.UDPAddrFromAddrPort(m.Addr)
+	}
+	clear(msgs)
+	return n, err
+}
+
+// keepBuffers puts each datagram in the buffer ms[i] gave. udp's ReadBatch
+// may exchange the Bufs of its Messages to keep them in order; quic-go
+// ties each message to its own buffer (it recycles buffer i with packet
+// i), so an exchange is undone by copying. Only batches of more than 64
+// messages or of 64 KiB buffers, which quic-go does not use, exchange.
+func keepBuffers(ms []ipv4.Message, msgs []udp.Message) {
+	moved := false
+	for i := range msgs {
+		if !sameBuf(msgs[i].Buf, ms[i].Buffers[0]) {
+			moved = true
+			break
+		}
+	}
+	if !moved {
+		return
+	}
+	held := make([][]byte, len(msgs))
+	for i := range msgs {
+		held[i] = append([]byte(nil), msgs[i].Buf[:msgs[i].N]...)
+	}
+	for i := range msgs {
+		msgs[i].Buf = ms[i].Buffers[0]
+		copy(msgs[i].Buf, held[i])
+	}
+}
+
+func sameBuf(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b))
+}
+
+// SyscallConn returns a RawConn whose Control sets socket options through
+// [udp.Conn.Control], keeping GRO on; its Read and Write hand the socket
+// out ([udp.Conn.SyscallConn]), which turns GRO off. quic-go uses only
+// Control.
+func (c *Conn) SyscallConn() (syscall.RawConn, error) { return rawConn{c.Conn}, nil }
+
+type rawConn struct{ c *udp.Conn }
+
+func (r rawConn) Control(f func(fd uintptr)) error { return r.c.Control(f) }
+
+func (r rawConn) Read(f func(fd uintptr) bool) error {
+	rc, err := r.c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return rc.Read(f)
+}
+
+func (r rawConn) Write(f func(fd uintptr) bool) error {
+	rc, err := r.c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return rc.Write(f)
+}
