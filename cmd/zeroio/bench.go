@@ -43,6 +43,9 @@ Suites:
           TLS connection churn through the zeroio relay command, a plain
           route and routes chosen by SNI, against HAProxy (req.ssl_sni);
           relay CPU per connection
+  quic    quic-go bulk transfer over *net.UDPConn, over a *udp.Conn
+          handed to it as it is, and over a *udp.Conn through quicudp
+          (zeroio's batch reader with GRO); MB/s and CPU per GiB
 
 Writes to --out (default ./bench-out):
   table.txt    the terminal table: medians, zeroio's ratio to the best
