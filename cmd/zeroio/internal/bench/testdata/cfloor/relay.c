@@ -8,9 +8,11 @@
  * kernel spreads connections across them); accept4 drained until EAGAIN;
  * a non-blocking connect; both sockets registered once, edge-triggered
  * (epoll(7)), so no epoll_ctl after; read/write through a 16 KiB buffer per
- * direction, the size HAProxy's tune.bufsize defaults to; TCP_NODELAY on
- * both sockets, as HAProxy sets; half-close passed on with shutdown(2). No
- * allocation after start: connection state lives in a table indexed by
+ * direction, the size HAProxy's tune.bufsize defaults to, until a read
+ * fills it: from then on that direction splices (splice(2)) through a pipe
+ * of its own, as HAProxy's splice-auto and zeroio do for bulk; TCP_NODELAY
+ * on both sockets, as HAProxy sets; half-close passed on with shutdown(2).
+ * No allocation after start: connection state lives in a table indexed by
  * descriptor, mapped once.
  *
  *   relay LISTEN_IPV4:PORT TARGET_IPV4:PORT THREADS
@@ -21,6 +23,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -37,6 +40,7 @@
 
 #define BUFSZ 16384
 #define MAXEVENTS 256
+#define PIPESZ (1 << 20) /* the pipes zeroio's splice package uses */
 
 /* One socket of a relayed pair. buf holds bytes read from this socket and
  * not yet written to the peer: off is where they start, len how many. The
@@ -51,6 +55,10 @@ struct conn {
 	uint8_t hup;    /* the peer's FIN (or an error) is queued: read to 0 */
 	uint8_t rd_eof; /* read returned 0 */
 	uint32_t off, len;
+	/* Once bulk: bytes go from this socket to the peer through a pipe;
+	 * in_pipe of them are in it. */
+	int pipe_r, pipe_w;
+	uint32_t pipe_sz, in_pipe;
 	char buf[BUFSZ];
 };
 
@@ -69,9 +77,20 @@ static uint64_t key(int fd)
 	return (uint64_t)__atomic_load_n(&conns[fd].gen, __ATOMIC_RELAXED) << 32 | (uint32_t)fd;
 }
 
+static void close_pipe(struct conn *c)
+{
+	if (c->pipe_r >= 0) {
+		close(c->pipe_r);
+		close(c->pipe_w);
+		c->pipe_r = c->pipe_w = -1;
+	}
+}
+
 static void close_pair(int fd)
 {
 	int peer = conns[fd].peer;
+	close_pipe(&conns[fd]);
+	close_pipe(&conns[peer]);
 	__atomic_add_fetch(&conns[fd].gen, 1, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&conns[peer].gen, 1, __ATOMIC_RELAXED);
 	/* close(2) removes each from the epoll set: neither was dup'ed. */
@@ -79,11 +98,80 @@ static void close_pair(int fd)
 	close(peer);
 }
 
+/* splice_pump is pump for a bulk direction: socket to pipe, pipe to
+ * socket. The pipe is filled only once empty, so an EAGAIN from the
+ * socket side means the socket has nothing, never that the pipe is full.
+ * A short splice proves nothing (the pipe may have run out of slots), so
+ * the socket is read until EAGAIN. */
+static int splice_pump(int src, int dst)
+{
+	struct conn *s = &conns[src], *d = &conns[dst];
+	for (;;) {
+		if (s->in_pipe > 0) {
+			if (!d->writable)
+				return 0;
+			ssize_t w = splice(s->pipe_r, NULL, dst, NULL, s->in_pipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+			if (w < 0) {
+				if (errno == EINTR)
+					continue;
+				if (errno == EAGAIN) {
+					d->writable = 0;
+					return 0;
+				}
+				return -1;
+			}
+			s->in_pipe -= w;
+			if (s->in_pipe > 0) {
+				d->writable = 0;
+				return 0;
+			}
+			continue;
+		}
+		if (s->rd_eof || !s->readable)
+			return 0;
+		ssize_t n = splice(src, NULL, s->pipe_w, NULL, s->pipe_sz, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		if (n > 0) {
+			s->in_pipe = n;
+			continue;
+		}
+		if (n == 0) {
+			s->rd_eof = 1;
+			shutdown(dst, SHUT_WR);
+			return 0;
+		}
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN) {
+			s->readable = 0;
+			return 0;
+		}
+		return -1;
+	}
+}
+
+/* go_bulk gives src's direction a pipe; 0 if none could be had, and the
+ * direction keeps reading and writing. */
+static int go_bulk(struct conn *s)
+{
+	int p[2];
+	if (pipe2(p, O_NONBLOCK | O_CLOEXEC) < 0)
+		return 0;
+	s->pipe_r = p[0];
+	s->pipe_w = p[1];
+	int sz = fcntl(p[1], F_SETPIPE_SZ, PIPESZ); /* may be refused: keep the default */
+	if (sz < 0)
+		sz = fcntl(p[1], F_GETPIPE_SZ);
+	s->pipe_sz = sz > 0 ? (uint32_t)sz : 65536;
+	return 1;
+}
+
 /* pump moves what src has to say to dst until one side would block;
  * -1 on an error that ends the pair. */
 static int pump(int src, int dst)
 {
 	struct conn *s = &conns[src], *d = &conns[dst];
+	if (s->pipe_r >= 0 && s->len == 0)
+		return splice_pump(src, dst);
 	for (;;) {
 		if (s->len > 0) {
 			if (!d->writable)
@@ -105,11 +193,15 @@ static int pump(int src, int dst)
 				return 0;
 			}
 			s->off = 0;
+			if (s->pipe_r >= 0)
+				return splice_pump(src, dst);
 			continue;
 		}
 		if (s->rd_eof || !s->readable)
 			return 0;
 		ssize_t n = read(src, s->buf, BUFSZ);
+		if (n == BUFSZ && s->pipe_r < 0)
+			go_bulk(s); /* a full buffer: bulk, splice what follows */
 		if (n > 0) {
 			s->len = n;
 			/* A short read emptied the receive queue; more data will
@@ -168,6 +260,8 @@ static void init_conn(int fd, int peer, int connecting)
 	c->connecting = connecting;
 	c->readable = c->writable = c->hup = c->rd_eof = 0;
 	c->off = c->len = 0;
+	c->pipe_r = c->pipe_w = -1;
+	c->in_pipe = 0;
 }
 
 static void accept_all(int ep, int lfd)
