@@ -229,3 +229,40 @@ func TestBenchCaseSkipAndFail(t *testing.T) {
 		t.Errorf("skipped case: Failed %q, Skipped %q; failed case: Failed %q; failures %d, want 1", s.Failed, s.Skipped, f.Failed, rep.failures())
 	}
 }
+
+// TestBenchAlsoRows: the units a suite charts beside its metric get rows
+// and ratios of their own, in the table too, and a baseline (c-floor) is
+// never the best peer however good its numbers.
+func TestBenchAlsoRows(t *testing.T) {
+	cs := func(impl string, reqs, cpu float64) *caseResult {
+		c := &caseResult{Name: "load=x/impl=" + impl, Impl: impl, Config: "load=x"}
+		for i := range 3 {
+			x := map[string]float64{"req/s": reqs + float64(i)}
+			if cpu > 0 {
+				x["cpu-µs/req"] = cpu + float64(i)/10
+			}
+			c.Samples = append(c.Samples, sample{N: 1, NsPerOp: 1e9, Extra: x})
+		}
+		return c
+	}
+	s := &suiteResult{Name: "RelayHTTP", Metric: "req/s", Also: []string{"cpu-µs/req", "p99-µs"}, Cases: []*caseResult{
+		cs("direct", 100000, 0), cs("zeroio", 50000, 20), cs("haproxy", 40000, 10), cs("c-floor", 90000, 5),
+	}}
+	rep := &report{Count: 3, Suites: []*suiteResult{s}}
+	rep.summarize()
+	if len(s.Rows) != 1 || s.Rows[0].BestPeer != "haproxy" || s.Rows[0].Ratio < 1.2 {
+		t.Fatalf("req/s rows %+v: want zeroio against haproxy, 1.25x", s.Rows)
+	}
+	if len(s.AlsoRows) != 1 {
+		t.Fatalf("also rows %+v: want one, cpu-µs/req (no case reports p99-µs)", s.AlsoRows)
+	}
+	cpu := s.AlsoRows[0]
+	if cpu.Unit != "cpu-µs/req" || cpu.Higher || cpu.BestPeer != "haproxy" || cpu.Ratio > 0.6 || cpu.Medians["c-floor"] != 5.1 {
+		t.Errorf("cpu row %+v: want lower-is-better, zeroio 0.5x haproxy, c-floor shown", cpu)
+	}
+	var out bytes.Buffer
+	rep.writeTable(&out)
+	if !strings.Contains(out.String(), "cpu-µs/req (lower is better)") || !strings.Contains(out.String(), formatRatio(cpu.Ratio)) {
+		t.Errorf("table lacks the cpu-µs/req rows:\n%s", out.String())
+	}
+}
