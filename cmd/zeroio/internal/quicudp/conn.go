@@ -18,6 +18,7 @@ package quicudp
 
 import (
 	"net"
+	"net/netip"
 	"syscall"
 	"unsafe"
 
@@ -29,6 +30,11 @@ import (
 type Conn struct {
 	*udp.Conn
 	msgs []udp.Message // ReadBatch's scratch; quic-go reads from one goroutine
+	// The source of the last datagram read, as quic-go wants it: a flow's
+	// datagrams share one *net.UDPAddr instead of allocating one each.
+	// quic-go only reads the addresses it is given.
+	lastAP   netip.AddrPort
+	lastAddr *net.UDPAddr
 }
 
 // New wraps c for quic-go.
@@ -54,7 +60,10 @@ func (c *Conn) ReadBatch(ms []ipv4.Message, _ int) (int, error) {
 	for i := range msgs[:n] {
 		m := &msgs[i]
 		ms[i].N, ms[i].NN, ms[i].Flags = m.N, m.NOOB, m.Flags
-		ms[i].Addr = net.UDPAddrFromAddrPort(m.Addr)
+		if m.Addr != c.lastAP || c.lastAddr == nil {
+			c.lastAP, c.lastAddr = m.Addr, net.UDPAddrFromAddrPort(m.Addr)
+		}
+		ms[i].Addr = c.lastAddr
 	}
 	clear(msgs)
 	return n, err
