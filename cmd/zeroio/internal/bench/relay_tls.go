@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -26,9 +27,9 @@ import (
 // The TLS suite: connection churn of TLS clients through each relay, a new
 // connection per request, the traffic of an L4 proxy in front of HTTPS
 // services that share one port. The client (Go crypto/tls, full TLS 1.3
-// handshakes, each a new connection with one small request and reply) and
-// the two TLS backends (a and b, Go crypto/tls servers) run in this
-// process; the relay in a process of its own.
+// handshakes, each a new connection with one small request and reply)
+// runs in this process, the two TLS backends (a and b, Go crypto/tls
+// servers) in a child, and the relay in a process of its own.
 //
 //   - route=plain: one route, no look at the bytes: direct (no relay),
 //     zeroio (`zeroio relay LISTEN TARGET`) and HAProxy mode tcp
@@ -78,15 +79,11 @@ func runRelayTLS(b *testing.B, impl string, sni bool, secs int) {
 	if err != nil {
 		fatal(b, err)
 	}
-	var backends [2]string
-	for i := range backends {
-		ln, err := tlsBackend(cert, tlsNames[i][0])
-		if err != nil {
-			fatal(b, err)
-		}
-		defer ln.Close()
-		backends[i] = ln.Addr().String()
+	bp, backends, err := startTLSBackends(cert)
+	if err != nil {
+		fatal(b, err)
 	}
+	defer bp.stop()
 	p, err := startTLSRelay(b, impl, sni, backends)
 	if err != nil {
 		fatal(b, err)
@@ -218,6 +215,69 @@ func tlsRoundTrip(addr string, roots *x509.CertPool, name string) (time.Duration
 		return 0, fmt.Errorf("%w: %q for %s", errMisrouted, msg[0], name)
 	}
 	return time.Since(t0), nil
+}
+
+// tlsBackendsEnv, set in a child's environment, holds the PEM of the
+// certificate and key its two backends serve with.
+const tlsBackendsEnv = "ZEROIO_TLS_BACKENDS"
+
+func init() {
+	if pem := os.Getenv(tlsBackendsEnv); pem != "" {
+		os.Exit(tlsBackendsChild([]byte(pem)))
+	}
+}
+
+// tlsBackendsChild serves backends a and b until stdin closes, after
+// printing "LISTEN addrA,addrB".
+func tlsBackendsChild(pemBytes []byte) int {
+	cert, err := tls.X509KeyPair(pemBytes, pemBytes)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "tls backends:", err)
+		return 1
+	}
+	var addrs []string
+	for _, name := range tlsNames {
+		ln, err := tlsBackend(cert, name[0])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "tls backends:", err)
+			return 1
+		}
+		defer ln.Close()
+		addrs = append(addrs, ln.Addr().String())
+	}
+	fmt.Printf("LISTEN %s\n", strings.Join(addrs, ","))
+	io.Copy(io.Discard, os.Stdin) // until the parent closes it
+	return 0
+}
+
+// startTLSBackends runs the two backends in a child process (this
+// executable re-entered), so that their handshakes and the clients' do
+// not share one Go scheduler, and returns it and their addresses.
+func startTLSBackends(cert tls.Certificate) (*relayProc, [2]string, error) {
+	var addrs [2]string
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, addrs, err
+	}
+	key, err := x509.MarshalPKCS8PrivateKey(cert.PrivateKey)
+	if err != nil {
+		return nil, addrs, err
+	}
+	pemBytes := append(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Certificate[0]}),
+		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: key})...)
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), tlsBackendsEnv+"="+string(pemBytes))
+	p, err := startListenChild(cmd, "tls backends")
+	if err != nil {
+		return nil, addrs, err
+	}
+	a, b, ok := strings.Cut(p.addr, ",")
+	if !ok {
+		p.stop()
+		return nil, addrs, fmt.Errorf("tls backends: listening on %q, want two addresses", p.addr)
+	}
+	addrs[0], addrs[1] = a, b
+	return p, addrs, nil
 }
 
 // tlsBackend serves TLS on a loopback port: every connection's request
