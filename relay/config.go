@@ -64,6 +64,36 @@ type Route struct {
 	// passive (see [HealthCheck]).
 	HealthCheck HealthCheck
 
+	// SNI and ALPN let several stream routes share one Listen address:
+	// a client goes to the route whose SNI list holds the server name of
+	// its TLS ClientHello (exact names like a.example.com, or wildcards
+	// like *.example.com that match any name ending in .example.com;
+	// case-insensitive) and, if the route has an ALPN list, which holds
+	// one of the protocols the client offers. The most specific route
+	// wins: an exact name over a wildcard, a longer wildcard over a
+	// shorter, a route with ALPN over one without; among ALPN routes the
+	// client's preference decides. The route on the address with neither
+	// is the default: it takes clients that send no ClientHello (another
+	// protocol), no server name, or one no route takes; without one,
+	// such clients are closed. The hello is read without being consumed:
+	// the target receives every byte the client sent. Routes that could
+	// match the same client equally are a configuration error, and so
+	// are SNI or ALPN on a UDP route. Routes sharing an address must
+	// agree on Workers, AcceptProxy, TrustedProxies, ProxyHeaderTimeout,
+	// PeekTimeout and the Unix socket settings.
+	SNI, ALPN []string
+	// PeekTimeout bounds how long a client on an address shared by
+	// several routes (or whose only route has SNI or ALPN) has to send
+	// its ClientHello, after any PROXY header; 0 is DefaultPeekTimeout.
+	PeekTimeout time.Duration
+	// ListenOverlap allows this route to listen on a specific address of
+	// a port on which another route listens on the wildcard address
+	// (0.0.0.0 or ::) of the same protocol, or the other way round.
+	// Without it that is refused: the kernel gives each client to the
+	// most specific socket, so one route silently shadows the other for
+	// some clients, and with Workers both bind where one would fail.
+	ListenOverlap bool
+
 	// Workers is the number of listening sockets in one SO_REUSEPORT
 	// group (Linux): TCP listeners that share accepting, or UDP sockets
 	// that share reading, each with its own goroutine (the kernel hashes
@@ -188,6 +218,9 @@ func (r Route) withDefaults() Route {
 	if r.ProxyHeaderTimeout == 0 {
 		r.ProxyHeaderTimeout = DefaultProxyHeaderTimeout
 	}
+	if r.PeekTimeout == 0 {
+		r.PeekTimeout = DefaultPeekTimeout
+	}
 	if r.SessionTimeout == 0 {
 		r.SessionTimeout = DefaultSessionTimeout
 	}
@@ -213,6 +246,7 @@ func (r *Route) validate() error {
 	}{
 		{"dial timeout", r.DialTimeout}, {"idle timeout", r.IdleTimeout},
 		{"PROXY header timeout", r.ProxyHeaderTimeout}, {"session timeout", r.SessionTimeout},
+		{"peek timeout", r.PeekTimeout},
 		{"keep-alive period", r.KeepAlive},
 	} {
 		switch {
@@ -221,6 +255,9 @@ func (r *Route) validate() error {
 		case d.v == Never && d.name != "dial timeout" && d.name != "idle timeout":
 			bad("%s cannot be never", d.name)
 		}
+	}
+	if err := checkSNI(r); err != nil {
+		bad("%v", err)
 	}
 	if len(r.TrustedProxies) > 0 && !r.AcceptProxy {
 		bad("trusted proxies need accept_proxy: without it no PROXY header is read")
@@ -272,7 +309,6 @@ func (c Config) normalize() (Config, error) {
 	out := c
 	out.Routes = make([]Route, len(c.Routes))
 	names := map[string]bool{}
-	listens := map[string]bool{}
 	var errs []error
 	if c.MaxConns < 0 {
 		errs = append(errs, errors.New("negative global connection limit"))
@@ -288,16 +324,11 @@ func (c Config) normalize() (Config, error) {
 		if names[r.Name] {
 			errs = append(errs, fmt.Errorf("route %q: name used twice", r.Name))
 		}
-		// Port 0 is a new port each time; a Unix path has no port.
-		if k := r.Listen.String(); listens[k] && (r.Listen.Network == "unix" || r.Listen.port() != 0) {
-			errs = append(errs, fmt.Errorf("route %q: listen address %s used twice", r.Name, k))
-		} else {
-			listens[k] = true
-		}
 		names[r.Name] = true
 		out.Routes[i] = r
 	}
 	errs = append(errs, checkLoops(out.Routes)...)
+	errs = append(errs, checkFronts(out.Routes)...)
 	if len(c.Routes) == 0 {
 		errs = append(errs, errors.New("no routes"))
 	}

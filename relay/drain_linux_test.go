@@ -26,13 +26,21 @@ func queuedServer(t *testing.T, listen string, target Addr, n int) (*Server, []R
 	}
 	s.mu.Lock()
 	rt := s.routes["a"]
-	err = rt.open()
+	r := s.cfg.Routes[0]
+	lns, err := listenStream(&r)
+	if err == nil {
+		f := newFront(s, frontKey(&r), lns)
+		tb, _ := newRouteTable([]*route{rt})
+		f.table.Store(tb)
+		rt.front = f
+		s.fronts[f.key] = f
+	}
 	s.started = true
 	s.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := rt.addrs()[0]
+	a := lns[0].Addr()
 	var clients []net.Conn
 	for range n {
 		c, err := net.Dial(a.Network(), a.String())
@@ -45,7 +53,7 @@ func queuedServer(t *testing.T, listen string, target Addr, n int) (*Server, []R
 }
 
 // Connections waiting in a stream listener's accept queue when Update
-// rebinds or removes its route are relayed under the old settings, not
+// moves or removes its route are relayed under the old settings, not
 // reset by the close.
 func TestUpdateServesQueuedConns(t *testing.T) { forEachEngine(t, testUpdateServesQueuedConns) }
 
@@ -55,9 +63,9 @@ func testUpdateServesQueuedConns(t *testing.T) {
 		listen func(t *testing.T) string
 		change func(routes []Route) []Route
 	}{
-		{"tcp/rebind", tcpAny, func(rs []Route) []Route { rs[0].Workers = 2; return rs }},
+		{"tcp/move", tcpAny, func(rs []Route) []Route { rs[0].Listen = mustAddr(t, "tcp://127.0.0.2:0"); return rs }},
 		{"tcp/remove", tcpAny, func(rs []Route) []Route { return rs[1:] }},
-		{"unix/rebind", unixSock, func(rs []Route) []Route { rs[0].UnixMode = 0o600; return rs }},
+		{"unix/move", unixSock, func(rs []Route) []Route { rs[0].Listen.Address += ".new"; return rs }},
 		{"unix/remove", unixSock, func(rs []Route) []Route { return rs[1:] }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,14 +11,19 @@ import (
 // header in and out, the counters); what differs is how connections wait:
 // goroutines in the netpoller, or event loops of the engine's own.
 type engine interface {
-	// serve accepts on ln, one of rt's stream listeners, and relays every
-	// admitted connection until rt stops or ln closes. It runs on a
-	// goroutine counted in the Server's serveWG, and calls Done on it
-	// when it no longer accepts.
-	serve(rt *route, ln net.Listener)
-	// handoff relays c, taken from the accept queue of one of rt's
+	// serve accepts on ln, one of f's stream listeners, and relays every
+	// admitted connection until f stops or ln closes. For each client it
+	// reads f.table: if the table needsHello, it reads the client's
+	// first bytes (after a PROXY header, if the front takes one) into a
+	// bounded buffer until tlshello.Parse answers or the peek timeout,
+	// chooses the route (routeTable.choose), and writes those bytes to
+	// the target before relaying; otherwise the table's only route takes
+	// the client with no byte read. It runs on a goroutine counted in the
+	// Server's serveWG, and calls Done on it when it no longer accepts.
+	serve(f *front, ln net.Listener)
+	// handoff relays c, taken from the accept queue of one of f's
 	// listeners as it stopped (Update), as if serve had accepted it.
-	handoff(rt *route, c net.Conn)
+	handoff(f *front, c net.Conn)
 	// abort ends every connection in flight, dials and PROXY header reads
 	// included, with why as the cause. The Server's mu is held.
 	abort(why error)

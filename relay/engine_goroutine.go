@@ -25,9 +25,9 @@ func newGoroutineEngine(s *Server) *goroutineEngine {
 	return &goroutineEngine{s: s, conns: map[*pair]struct{}{}}
 }
 
-func (e *goroutineEngine) serve(rt *route, ln net.Listener) { e.acceptLoop(rt, ln) }
+func (e *goroutineEngine) serve(f *front, ln net.Listener) { e.acceptLoop(f, ln) }
 
-func (e *goroutineEngine) handoff(rt *route, c net.Conn) { e.serveConn(rt, c) }
+func (e *goroutineEngine) handoff(f *front, c net.Conn) { e.serveFront(f, c) }
 
 // abort closes every connection in flight; s.mu is held.
 func (e *goroutineEngine) abort(why error) {
@@ -65,8 +65,8 @@ func fdOf(c net.Conn) int {
 }
 
 // acceptLoop serves one listener until it is closed.
-func (e *goroutineEngine) acceptLoop(rt *route, ln net.Listener) {
-	defer rt.srv.serveWG.Done()
+func (e *goroutineEngine) acceptLoop(f *front, ln net.Listener) {
+	defer f.srv.serveWG.Done()
 	var delay time.Duration
 	for {
 		c, err := ln.Accept()
@@ -74,27 +74,63 @@ func (e *goroutineEngine) acceptLoop(rt *route, ln net.Listener) {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			rt.st.errAccept.Add(1)
+			f.acceptFailed()
 			// Out of descriptors (EMFILE, ENFILE) or memory: every retry
 			// fails the same way until a connection closes, so back off
 			// as net/http's Server.Serve does, 5 ms doubling to 1 s,
 			// instead of spinning on a pending connection.
 			if delay == 0 {
 				delay = 5 * time.Millisecond
-				rt.srv.log.Warn("accept failed; backing off", "route", rt.name, "err", err)
+				f.srv.log.Warn("accept failed; backing off", "listen", ln.Addr().String(), "err", err)
 			} else {
 				delay = min(2*delay, time.Second)
 			}
 			select {
 			case <-time.After(delay):
-			case <-rt.done:
+			case <-f.done:
 				return
 			}
 			continue
 		}
 		delay = 0
-		e.serveConn(rt, c)
+		e.serveFront(f, c)
 	}
+}
+
+// serveFront serves a client of f: at once by the only route of a front
+// that needs no hello, else on a goroutine that reads the hello first.
+func (e *goroutineEngine) serveFront(f *front, c net.Conn) {
+	t := f.table.Load()
+	if !t.needsHello() {
+		e.serveConn(t.only(), c)
+		return
+	}
+	p := &pair{e: e, client: c, start: time.Now()}
+	if !e.track(p) {
+		c.Close()
+		return
+	}
+	f.srv.connWG.Add(1)
+	go p.runFront(f, t)
+}
+
+// runFront reads the client's PROXY header and hello, chooses its route,
+// and relays it there under that route's limits.
+func (p *pair) runFront(f *front, t *routeTable) {
+	rt := f.readHello(p.client, t, &p.pk)
+	if rt != nil {
+		r := rt.cfg.Load()
+		rt.st.accepted.Add(1)
+		if rt.admit(r) {
+			p.rt, p.cfg = rt, r
+			p.run()
+			return
+		}
+		rt.st.overLimit.Add(1)
+		p.client.Close()
+	}
+	p.e.untrack(p)
+	f.srv.connWG.Done()
 }
 
 // serveConn relays an accepted connection under the route's current
@@ -172,6 +208,7 @@ type pair struct {
 	src       netip.AddrPort
 	b         *backend  // the target dialled
 	start     time.Time // accepted
+	pk        peeked    // what the front read before choosing the route
 	up, down  uint64    // bytes each way, each written by its half only
 	endFirst  endReason // the side whose EOF came first: endClientClosed or endTargetClosed
 
@@ -229,7 +266,7 @@ func (p *pair) connect() bool {
 	setKeepAlive(p.client, r.KeepAlive)
 	src := addrPort(p.client.RemoteAddr())
 	dst := addrPort(p.client.LocalAddr())
-	if r.AcceptProxy {
+	if r.AcceptProxy && !p.pk.proxied {
 		if len(r.TrustedProxies) > 0 && (!src.IsValid() || !contains(r.TrustedProxies, src.Addr())) {
 			rt.st.denied.Add(1)
 			log.Debug("untrusted PROXY peer", "route", rt.name, "client", src)
@@ -249,9 +286,10 @@ func (p *pair) connect() bool {
 			p.client.Close()
 			return false
 		}
-		if h.Command == proxyproto.Proxy && h.Source.IsValid() {
-			src, dst = h.Source, h.Destination
-		}
+		p.pk.proxied, p.pk.hdr = true, h
+	}
+	if h := &p.pk.hdr; p.pk.proxied && h.Command == proxyproto.Proxy && h.Source.IsValid() {
+		src, dst = h.Source, h.Destination
 	}
 	if !allowed(r.Allow, r.Deny, src.Addr()) {
 		rt.st.denied.Add(1)
@@ -311,6 +349,20 @@ func (p *pair) connect() bool {
 			hdr = proxyproto.AppendV2(make([]byte, 0, 52), proxyproto.Stream, src, dst)
 		}
 		if _, err := t.Write(hdr); err != nil {
+			rt.st.errCopy.Add(1)
+			p.client.Close()
+			t.Close()
+			return false
+		}
+	}
+	// The bytes read to choose the route (the ClientHello, and what came
+	// with it) go first, unchanged.
+	if len(p.pk.pre) > 0 {
+		n, err := t.Write(p.pk.pre)
+		rt.st.bytesUp.Add(uint64(n))
+		p.up += uint64(n)
+		p.pk.pre = nil
+		if err != nil {
 			rt.st.errCopy.Add(1)
 			p.client.Close()
 			t.Close()

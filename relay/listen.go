@@ -14,6 +14,12 @@ import (
 
 // listenStream opens r.Workers listeners for a stream route.
 func listenStream(r *Route) ([]net.Listener, error) {
+	return listenStreamAt(r, r.Listen.Address, r.Workers, r.Workers > 1)
+}
+
+// listenStreamAt opens n listeners for a stream route at addr (for TCP),
+// in one SO_REUSEPORT group if reuse is set.
+func listenStreamAt(r *Route, addr string, n int, reuse bool) ([]net.Listener, error) {
 	if r.Listen.Network == "unix" {
 		own := owner{-1, -1}
 		if r.own != nil { // resolved when the config was validated
@@ -25,13 +31,12 @@ func listenStream(r *Route) ([]net.Listener, error) {
 		}
 		return []net.Listener{ln}, nil
 	}
-	lc, err := listenConfig(r)
+	lc, err := listenConfigReuse(reuse)
 	if err != nil {
 		return nil, err
 	}
-	addr := r.Listen.Address
 	var lns []net.Listener
-	for i := 0; i < r.Workers; i++ {
+	for i := 0; i < n; i++ {
 		ln, err := lc.Listen(context.Background(), r.Listen.Network, addr)
 		if err != nil {
 			closeAll(lns)
@@ -47,13 +52,15 @@ func listenStream(r *Route) ([]net.Listener, error) {
 
 // listenConfig is how a TCP or UDP route opens its sockets: r.Workers of
 // them in one SO_REUSEPORT group when there is more than one.
-func listenConfig(r *Route) (net.ListenConfig, error) {
+func listenConfig(r *Route) (net.ListenConfig, error) { return listenConfigReuse(r.Workers > 1) }
+
+func listenConfigReuse(reuse bool) (net.ListenConfig, error) {
 	// Keep-alive is set on each accepted connection from the route's
 	// settings of the moment (pair.run), which Update may change while
 	// the listener stays; the listener would apply those it was opened
 	// with.
 	lc := net.ListenConfig{KeepAlive: -1}
-	if r.Workers > 1 {
+	if reuse {
 		if err := reusePortSupported(); err != nil {
 			return lc, err
 		}

@@ -71,8 +71,8 @@ func (s *Server) dialsSelf(c net.Conn) bool {
 // for dialsSelf. s.mu is held.
 func (s *Server) updatePorts() {
 	var ports []netip.AddrPort
-	for _, rt := range s.routes {
-		for _, ln := range rt.lns {
+	for _, f := range s.fronts {
+		for _, ln := range f.lns {
 			if ap := addrPort(ln.Addr()); ap.IsValid() {
 				ports = append(ports, ap)
 			}

@@ -29,7 +29,9 @@ type Server struct {
 	mu      sync.Mutex
 	started bool
 	closed  bool
-	routes  map[string]*route
+	cfg     Config            // the running configuration, normalized
+	routes  map[string]*route // by name
+	fronts  map[string]*front // stream listen addresses, by frontKey; set by Start
 	eng     engine
 	connWG  sync.WaitGroup // one per relayed or pending stream connection
 	serveWG sync.WaitGroup // accept loops and UDP readers
@@ -41,7 +43,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	s := &Server{log: cfg.Logger, routes: map[string]*route{}, connLog: slog.LevelDebug}
+	s := &Server{log: cfg.Logger, cfg: cfg, routes: map[string]*route{}, fronts: map[string]*front{}, connLog: slog.LevelDebug}
 	if cfg.ConnLog != nil {
 		s.connLog = cfg.ConnLog.Level()
 	}
@@ -68,25 +70,14 @@ func (s *Server) Start() error {
 	if s.started {
 		return errors.New("relay: Start called twice")
 	}
-	var opened []*route
-	for _, name := range s.sortedNames() {
-		rt := s.routes[name]
-		if err := rt.open(); err != nil {
-			// Close what was opened, and put fresh routes in their
-			// place, so that a later Start (after the address is
-			// freed) opens them anew.
-			for _, o := range opened {
-				o.stop()
-				s.routes[o.name] = newRoute(s, *o.cfg.Load(), o.load)
-			}
-			return err
-		}
-		opened = append(opened, rt)
-	}
-	for _, rt := range opened {
-		rt.serve()
-	}
+	unopened := s.routes
+	s.routes = map[string]*route{}
 	s.started = true
+	if _, err := s.apply(s.cfg, nil, unopened); err != nil {
+		s.started = false
+		s.routes = unopened
+		return err
+	}
 	s.updatePorts()
 	return nil
 }
@@ -100,24 +91,31 @@ func (s *Server) sortedNames() []string {
 	return names
 }
 
-// Update applies a new configuration, as on SIGHUP: routes that are gone
-// stop listening, new ones start, and changed ones take their new settings
-// for new connections (rebinding only if the listen address or worker
-// count changed). Established stream connections are never touched: they
-// finish under the settings they started with, and those of a rebound
-// route still count against its limits. A UDP route's new target likewise
-// takes new sessions while those under way keep theirs, but the sessions
-// of a removed or rebound route end with it, since their replies leave
-// through its socket (the datagrams queued on it are relayed first). On a
-// bind error, or a UDP route's new target that
-// does not resolve, the routes already applied stay applied, a route that
-// failed goes on with its old settings (listening again where it was, if
-// it was to rebind), and the error names it.
+// Update applies a new configuration, as on SIGHUP, all or nothing: if
+// any route of cfg cannot start (its address cannot be bound, a UDP
+// target does not resolve), the running configuration stays whole, every
+// route listening and relaying as before, and the error says why.
 //
-// On Linux, connections that a stopped stream listener had in its accept
-// queue (their handshake done, not yet accepted) are accepted and relayed
-// under the old settings rather than reset by the close. Clients that
-// connect to an address while its route rebinds are refused.
+// Otherwise routes that are gone stop listening, new ones start, and
+// changed ones take their new settings for new connections. Established
+// stream connections are never touched: they finish under the settings
+// they started with, and still count against their route's limits. A UDP
+// route's new target likewise takes new sessions while those under way
+// keep theirs, but the sessions of a removed UDP route, or of one whose
+// listen address or workers change, end with it, since their replies
+// leave through its socket (the datagrams queued on it are relayed
+// first).
+//
+// A stream reload loses no client: routes sharing a listen address
+// change by swapping the route table of the address's listening sockets,
+// which stay open. A change of workers keeps the sockets there are and
+// adds the missing ones, or (on Linux) steers new clients away from the
+// surplus ones (a SO_REUSEPORT BPF program), which accept what their
+// handshakes already started for a couple of seconds and then close. A
+// route that moves to a new address listens there before its old sockets
+// close, and the connections queued on those (handshake done, not yet
+// accepted) are accepted and relayed rather than reset; clients that
+// connect to the old address after that are refused.
 func (s *Server) Update(cfg Config) error {
 	cfg, err := cfg.normalize()
 	if err != nil {
@@ -127,7 +125,20 @@ func (s *Server) Update(cfg Config) error {
 	defer s.updateMu.Unlock()
 	targets := s.resolveUDPTargets(cfg)
 	s.mu.Lock()
-	drained, err := s.update(cfg, targets)
+	if s.closed {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	var drained []handoff
+	if !s.started {
+		s.routes = s.unopened(cfg)
+	} else {
+		drained, err = s.apply(cfg, targets, nil)
+	}
+	if err == nil {
+		s.cfg = cfg
+		s.maxConns.Store(int64(cfg.MaxConns))
+	}
 	s.updatePorts()
 	if len(drained) > 0 {
 		// Like an accept loop's: Shutdown waits for these connections
@@ -137,146 +148,35 @@ func (s *Server) Update(cfg Config) error {
 	s.mu.Unlock()
 	if len(drained) > 0 {
 		for _, d := range drained { // the engine takes s.mu
-			s.eng.handoff(d.rt, d.c)
+			s.eng.handoff(d.f, d.c)
 		}
 		s.serveWG.Done()
 	}
-	return err
-}
-
-// handoff is a connection taken from the accept queue of a route's
-// listener as it stopped.
-type handoff struct {
-	rt *route
-	c  net.Conn
-}
-
-// update is Update under s.mu. It returns the connections queued on the
-// stream listeners it stopped, for Update to serve once s.mu is free.
-func (s *Server) update(cfg Config, targets map[string]*resolved) ([]handoff, error) {
-	if s.closed {
-		return nil, ErrServerClosed
+	if err != nil {
+		return fmt.Errorf("relay: reload refused, running configuration kept: %w", err)
 	}
-	var queue []handoff
-	s.maxConns.Store(int64(cfg.MaxConns))
-	want := map[string]Route{}
+	return nil
+}
+
+// unopened returns routes for cfg that open nothing yet, carrying over
+// the load of current routes of the same name.
+func (s *Server) unopened(cfg Config) map[string]*route {
+	m := map[string]*route{}
 	for _, r := range cfg.Routes {
-		want[r.Name] = r
-	}
-	// Stop first, so a route that moves to a freed address can bind it.
-	var errs []error
-	rebound := map[string]*route{}
-	for name, rt := range s.routes {
-		r, ok := want[name]
-		cur := rt.cfg.Load()
-		switch {
-		case !ok:
-			s.log.Info("route removed", "route", name)
-			rt.targets().close()
-		case r.Listen != cur.Listen || r.Workers != cur.Workers || r.UnixMode != cur.UnixMode ||
-			r.UnixUser != cur.UnixUser || r.UnixGroup != cur.UnixGroup:
-			s.log.Info("route rebinding", "route", name, "listen", r.Listen.String())
-			rebound[name] = rt
-		default:
-			if err := rt.update(r, targets[name]); err != nil {
-				errs = append(errs, err)
-			}
-			delete(want, name)
-			continue
-		}
-		for _, ln := range rt.lns {
-			for _, c := range queued(ln) {
-				queue = append(queue, handoff{rt, c})
-			}
-		}
-		rt.stop()
-		delete(s.routes, name)
-	}
-	names := make([]string, 0, len(want))
-	for n := range want {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		old := rebound[n]
 		var l *load
-		if old != nil {
+		if old := s.routes[r.Name]; old != nil {
 			l = old.load
 		}
-		rt := newRoute(s, want[n], l)
-		if s.started {
-			if err := rt.openAt(rt.cfg.Load(), targets[n]); err != nil {
-				errs = append(errs, err)
-				if old != nil {
-					s.restore(old, err)
-				}
-				continue
-			}
-			rt.serve()
-		}
-		s.routes[n] = rt
-		s.log.Info("route added", "route", n, "listen", rt.cfg.Load().Listen.String(), "targets", rt.targets().String())
+		m[r.Name] = newRoute(s, r, l)
 	}
-	return queue, errors.Join(errs...)
+	return m
 }
 
-// resolveUDPTargets resolves the targets of cfg's UDP routes that are new
-// or changed, before Update takes s.mu: a slow DNS answer must not stall
-// accepts, the ends of relays and Stats on every route meanwhile. A route
-// whose target is unchanged keeps the address it resolved before.
-func (s *Server) resolveUDPTargets(cfg Config) map[string]*resolved {
-	type known struct {
-		target Addr
-		tg     *udpTarget
-	}
-	cur := map[string]known{}
-	s.mu.Lock()
-	for name, rt := range s.routes {
-		if rt.udp != nil {
-			cur[name] = known{rt.cfg.Load().Targets[0].Addr, rt.udp.target.Load()}
-		}
-	}
-	s.mu.Unlock()
-	out := map[string]*resolved{}
-	for i := range cfg.Routes {
-		r := &cfg.Routes[i]
-		if !r.Listen.Datagram() {
-			continue
-		}
-		if k, ok := cur[r.Name]; ok && k.target == r.Targets[0].Addr {
-			out[r.Name] = &resolved{tg: k.tg}
-			continue
-		}
-		tg, err := resolveTarget(r)
-		out[r.Name] = &resolved{tg, err}
-	}
-	return out
-}
-
-// restore puts back old, a route stopped for a rebind that failed with
-// err, with its settings and load, listening where it did before: on the
-// same port if it asked for port 0. The address was just freed, so this
-// fails only if something else took it meanwhile; then the route is gone
-// until an Update adds it again.
-func (s *Server) restore(old *route, err error) {
-	r := *old.cfg.Load()
-	back := newRoute(s, r, old.load)
-	if as := old.addrs(); r.Listen.Network != "unix" && r.Listen.port() == 0 && len(as) > 0 {
-		host, _, _ := net.SplitHostPort(r.Listen.Address)
-		_, port, _ := net.SplitHostPort(as[0].String())
-		r.Listen.Address = net.JoinHostPort(host, port)
-	}
-	var tg *resolved
-	if old.udp != nil {
-		tg = &resolved{tg: old.udp.target.Load()}
-	}
-	if rerr := back.openAt(&r, tg); rerr != nil {
-		s.log.Error("route rebind failed, and so did listening again as before; route removed", "route", old.name, "err", err, "relisten_err", rerr)
-		return
-	}
-	back.serve()
-	s.routes[old.name] = back
-	s.log.Warn("route rebind failed; it goes on with its old settings", "route", old.name, "listen", back.addrs()[0].String(), "err", err)
+// handoff is a connection taken from the accept queue of a front's
+// listener as it stopped.
+type handoff struct {
+	f *front
+	c net.Conn
 }
 
 // Addrs returns the addresses a route listens on (one per worker), with
@@ -299,6 +199,9 @@ func (s *Server) Addrs(route string) []net.Addr {
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
+	for _, f := range s.fronts {
+		f.stop(false)
+	}
 	for _, rt := range s.routes {
 		rt.stop()
 		rt.targets().close()
@@ -334,16 +237,17 @@ func (s *Server) Close() error {
 
 var errShutdown = errors.New("relay: server shut down")
 
-// route is one configured route with its listeners and counters. A route
-// replaced by Update keeps serving the connections it accepted.
+// route is one configured route with its counters; a stream route's
+// listeners are its front's, a UDP route's its own. A route replaced by
+// Update keeps serving the connections it accepted.
 type route struct {
 	srv  *Server
 	name string
 	cfg  atomic.Pointer[Route]
 
-	lns  []net.Listener
-	udp  *udpRoute
-	done chan struct{} // closed by stop
+	front *front        // a stream route's listen address, under srv.mu
+	udp   *udpRoute     // a UDP route's sockets
+	done  chan struct{} // closed by stop
 
 	*load
 }
@@ -401,18 +305,12 @@ func (rt *route) swapTargets(r *Route) *targetSet {
 	return ts
 }
 
-func (rt *route) open() error { return rt.openAt(rt.cfg.Load(), nil) }
-
-// openAt binds rt's listeners as r says: r is rt's config, or for a route
-// put back by restore, a copy with the port it had. tg is r's UDP target,
-// resolved beforehand, or nil to resolve it here.
-func (rt *route) openAt(r *Route, tg *resolved) error {
+// openUDP binds a UDP route's sockets as r says: r is rt's config, or for
+// a route put back by restore, a copy with the port it had. tg is r's
+// target, resolved beforehand, or nil to resolve it here.
+func (rt *route) openUDP(r *Route, tg *resolved) error {
 	var err error
-	if r.Listen.Datagram() {
-		rt.udp, err = listenUDP(rt, r, tg)
-	} else {
-		rt.lns, err = listenStream(r)
-	}
+	rt.udp, err = listenUDP(rt, r, tg)
 	if err != nil {
 		return fmt.Errorf("route %q: %w", rt.name, err)
 	}
@@ -421,22 +319,18 @@ func (rt *route) openAt(r *Route, tg *resolved) error {
 }
 
 func (rt *route) addrs() []net.Addr {
-	if rt.udp != nil {
+	switch {
+	case rt.udp != nil:
 		return rt.udp.addrs()
+	case rt.front != nil:
+		return rt.front.addrs()
 	}
-	var as []net.Addr
-	for _, ln := range rt.lns {
-		as = append(as, ln.Addr())
-	}
-	return as
+	return nil
 }
 
+// serve starts a UDP route's readers and the route's health checks.
 func (rt *route) serve() {
 	rt.targets().startChecks(rt.srv)
-	for _, ln := range rt.lns {
-		rt.srv.serveWG.Add(1)
-		go rt.srv.eng.serve(rt, ln)
-	}
 	if rt.udp != nil {
 		for _, ln := range rt.udp.lns {
 			rt.srv.serveWG.Add(1)
@@ -446,7 +340,7 @@ func (rt *route) serve() {
 	}
 }
 
-// stop closes the route's listeners; accept loops exit, relays go on.
+// stop closes a UDP route's sockets; a stream route's are its front's.
 func (rt *route) stop() {
 	select {
 	case <-rt.done:
@@ -454,7 +348,6 @@ func (rt *route) stop() {
 	default:
 	}
 	close(rt.done)
-	closeAll(rt.lns)
 	if rt.udp != nil {
 		rt.udp.close()
 	}

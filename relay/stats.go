@@ -61,6 +61,9 @@ type TargetStats struct {
 type Stats struct {
 	Active int64 // stream relays in progress over all routes
 	Routes []RouteStats
+	// Fronts are the stream listen addresses, sorted by Listen, with
+	// the clients turned away before a route was chosen.
+	Fronts []FrontStats
 }
 
 // Stats returns the current counters, routes sorted by name. Counters of
@@ -88,6 +91,12 @@ func (s *Server) Stats() Stats {
 		})
 	}
 	slices.SortFunc(st.Routes, func(a, b RouteStats) int { return strings.Compare(a.Name, b.Name) })
+	for _, f := range s.fronts {
+		if f.table.Load() != nil {
+			st.Fronts = append(st.Fronts, f.stats())
+		}
+	}
+	slices.SortFunc(st.Fronts, func(a, b FrontStats) int { return strings.Compare(a.Listen, b.Listen) })
 	return st
 }
 

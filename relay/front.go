@@ -1,0 +1,336 @@
+package relay
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zeroio/zeroio/internal/proxyproto"
+	"github.com/zeroio/zeroio/internal/tlshello"
+)
+
+// DefaultPeekTimeout bounds how long a client of a listen address shared
+// by several routes has to send its TLS ClientHello (or its first bytes,
+// for the default route) before it is closed.
+const DefaultPeekTimeout = 5 * time.Second
+
+// retireGrace is how long a listening socket taken out of a SO_REUSEPORT
+// group by a reload keeps accepting before it closes: the kernel already
+// sends new clients to the sockets that stay (steer), but a handshake that
+// began on the retiring socket completes there, one round trip (and, if a
+// SYN-ACK is lost, a retransmission, 1 s) later.
+const retireGrace = 2 * time.Second
+
+// front is a listen address with its listening sockets and the routes
+// sharing them. Its table is swapped whole by a reload; an engine reads
+// it for each connection.
+type front struct {
+	srv  *Server
+	key  string
+	lns  []net.Listener // under srv.mu once serving
+	done chan struct{}  // closed by stop
+
+	table atomic.Pointer[routeTable]
+	st    frontCounters
+
+	retiring []*retiring // sockets in their retireGrace, under srv.mu
+}
+
+// frontCounters count the clients a front turned away before a route was
+// chosen.
+type frontCounters struct {
+	unmatched, helloTimeout, helloMalformed, helloTooLarge atomic.Uint64
+	proxyErrors, untrusted, errAccept                      atomic.Uint64
+}
+
+// FrontStats is a snapshot of the counters of one listen address shared
+// by several routes (or serving one), for clients turned away before a
+// route was chosen.
+type FrontStats struct {
+	Listen string
+	Routes []string
+	// Unmatched clients sent a hello (or none) that no route takes.
+	Unmatched uint64
+	// HelloTimeouts sent no complete ClientHello within the peek
+	// timeout; HelloMalformed sent bytes that start as TLS but are not a
+	// ClientHello (or ended inside one); HelloTooLarge sent one over the
+	// 16 KiB bound.
+	HelloTimeouts, HelloMalformed, HelloTooLarge uint64
+	// ProxyHeaderErrors and Untrusted count clients refused while the
+	// PROXY header was read, before the match.
+	ProxyHeaderErrors, Untrusted uint64
+	AcceptErrors                 uint64
+}
+
+// frontKey names the front of a stream route: its listen address, or for
+// port 0 (a new port each time, never shared) the route itself.
+func frontKey(r *Route) string {
+	if r.Listen.Network != "unix" && r.Listen.port() == 0 {
+		return r.Listen.String() + " route " + r.Name
+	}
+	return r.Listen.String()
+}
+
+// conf returns the listener-level settings of f: those of any of its
+// routes, which validation keeps equal.
+func (f *front) conf() *Route { return f.table.Load().routes[0].cfg.Load() }
+
+func (f *front) addrs() []net.Addr {
+	var as []net.Addr
+	for _, ln := range f.lns {
+		as = append(as, ln.Addr())
+	}
+	return as
+}
+
+// serve starts an accept loop on each listener from i on.
+func (f *front) serve(from int) {
+	for _, ln := range f.lns[from:] {
+		f.srv.serveWG.Add(1)
+		go f.srv.eng.serve(f, ln)
+	}
+}
+
+// stop closes f's listeners; accept loops exit, relays go on. With drain
+// (a reload) it first takes what they queued, to be handed over once s.mu
+// (held) is free; without (Shutdown) the close resets those.
+func (f *front) stop(drain bool) []handoff {
+	select {
+	case <-f.done:
+		return nil
+	default:
+	}
+	close(f.done)
+	var queue []handoff
+	if drain {
+		for _, ln := range f.lns {
+			for _, c := range queued(ln) {
+				queue = append(queue, handoff{f, c})
+			}
+		}
+	}
+	closeAll(f.lns)
+	q := f.flushRetiring()
+	if !drain {
+		for _, h := range q {
+			h.c.Close()
+		}
+		q = nil
+	}
+	return append(queue, q...)
+}
+
+// acceptFailed counts an accept error on f and on each of its routes.
+func (f *front) acceptFailed() {
+	f.st.errAccept.Add(1)
+	for _, rt := range f.table.Load().routes {
+		rt.st.errAccept.Add(1)
+	}
+}
+
+// stats returns f's counters.
+func (f *front) stats() FrontStats {
+	t := f.table.Load()
+	fs := FrontStats{
+		Listen:    t.routes[0].cfg.Load().Listen.String(),
+		Unmatched: f.st.unmatched.Load(), HelloTimeouts: f.st.helloTimeout.Load(),
+		HelloMalformed: f.st.helloMalformed.Load(), HelloTooLarge: f.st.helloTooLarge.Load(),
+		ProxyHeaderErrors: f.st.proxyErrors.Load(), Untrusted: f.st.untrusted.Load(),
+		AcceptErrors: f.st.errAccept.Load(),
+	}
+	for _, rt := range t.routes {
+		fs.Routes = append(fs.Routes, rt.name)
+	}
+	return fs
+}
+
+// Hello outcomes that close the client, for the counters and the log.
+const (
+	helloOK = iota
+	helloUnmatched
+	helloTimeout
+	helloMalformed
+	helloTooLarge
+	helloClosed // the client closed, or a read failed, before a hello
+)
+
+// choose maps what Parse said about a client's first bytes to its route,
+// or to the reason it is closed. err is never ErrNeedMore.
+func (t *routeTable) choose(h *tlshello.Info, err error) (*route, int) {
+	var rt *route
+	switch err {
+	case nil:
+		rt = t.match(h)
+	case tlshello.ErrNotTLS:
+		rt = t.match(nil)
+	case tlshello.ErrTooLarge:
+		return nil, helloTooLarge
+	default:
+		return nil, helloMalformed
+	}
+	if rt == nil {
+		return nil, helloUnmatched
+	}
+	return rt, helloOK
+}
+
+// reject counts a client f closes before choosing a route, and logs it.
+func (f *front) reject(why int, client net.Addr, h *tlshello.Info) {
+	var c *atomic.Uint64
+	var msg string
+	switch why {
+	case helloUnmatched:
+		c, msg = &f.st.unmatched, "no route for client"
+	case helloTimeout:
+		c, msg = &f.st.helloTimeout, "no ClientHello within the peek timeout"
+	case helloMalformed:
+		c, msg = &f.st.helloMalformed, "malformed ClientHello"
+	case helloTooLarge:
+		c, msg = &f.st.helloTooLarge, "ClientHello too large"
+	default:
+		return
+	}
+	c.Add(1)
+	args := []any{"listen", f.conf().Listen.String(), "client", client.String()}
+	if h != nil && why == helloUnmatched {
+		args = append(args, "sni", string(h.ServerName()))
+	}
+	f.srv.log.Debug(msg, args...)
+}
+
+// helloBufs holds the buffers the goroutine engine reads hellos into.
+var helloBufs = sync.Pool{New: func() any { return new([tlshello.DefaultMaxLen]byte) }}
+
+// peeked is what a front read from a client before choosing its route:
+// the PROXY header, if the front takes one, and the bytes to send the
+// target before relaying.
+type peeked struct {
+	proxied bool
+	hdr     proxyproto.Header
+	pre     []byte
+}
+
+// readHello reads, with blocking reads under deadlines, what the front
+// needs to choose c's route: the PROXY header if the front takes one,
+// then the ClientHello, up to its bound and the peek timeout. It returns
+// the route, or nil when it has closed c (and counted why). The bytes it
+// read, the hello and anything after it, are in pk.pre.
+func (f *front) readHello(c net.Conn, t *routeTable, pk *peeked) *route {
+	r := t.routes[0].cfg.Load()
+	if r.AcceptProxy {
+		src := addrPort(c.RemoteAddr())
+		if len(r.TrustedProxies) > 0 && (!src.IsValid() || !contains(r.TrustedProxies, src.Addr())) {
+			f.st.untrusted.Add(1)
+			c.Close()
+			return nil
+		}
+		c.SetReadDeadline(time.Now().Add(r.ProxyHeaderTimeout))
+		h, err := proxyproto.ReadHeader(c)
+		if err != nil {
+			f.st.proxyErrors.Add(1)
+			f.srv.log.Info("bad PROXY header", "listen", r.Listen.String(), "client", src, "err", err)
+			c.Close()
+			return nil
+		}
+		pk.proxied, pk.hdr = true, h
+	}
+	buf := helloBufs.Get().(*[tlshello.DefaultMaxLen]byte)
+	defer helloBufs.Put(buf)
+	var h tlshello.Info
+	c.SetReadDeadline(time.Now().Add(r.PeekTimeout))
+	n := 0
+	perr := error(tlshello.ErrNeedMore)
+	for perr == tlshello.ErrNeedMore {
+		m, err := c.Read(buf[n:])
+		n += m
+		if m > 0 {
+			perr = tlshello.Parse(buf[:n], &h)
+			continue
+		}
+		if err != nil {
+			why := helloClosed
+			switch {
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				why = helloTimeout
+			case n > 0:
+				why = helloMalformed // ended inside a hello
+			}
+			f.reject(why, c.RemoteAddr(), nil)
+			c.Close()
+			return nil
+		}
+	}
+	c.SetReadDeadline(time.Time{})
+	rt, why := t.choose(&h, perr)
+	if rt == nil {
+		f.reject(why, c.RemoteAddr(), &h)
+		c.Close()
+		return nil
+	}
+	pk.pre = append([]byte(nil), buf[:n]...)
+	return rt
+}
+
+// newFront returns a front for the listeners lns; its table is set by the
+// reload that made it.
+func newFront(s *Server, key string, lns []net.Listener) *front {
+	return &front{srv: s, key: key, lns: lns, done: make(chan struct{})}
+}
+
+// retire keeps lns, sockets a reload took out of f's group after steering
+// new clients away from them, accepting for retireGrace, then hands over
+// what they still queue and closes them. s.mu is held.
+func (f *front) retire(lns []net.Listener) {
+	r := &retiring{lns: lns}
+	r.t = time.AfterFunc(retireGrace, func() {
+		s := f.srv
+		s.mu.Lock()
+		if s.closed { // Shutdown: nothing more is handed over
+			closeAll(lns)
+			s.mu.Unlock()
+			return
+		}
+		q := r.close(f)
+		s.serveWG.Add(1) // as Update does for what it hands over
+		s.mu.Unlock()
+		for _, h := range q {
+			s.eng.handoff(h.f, h.c)
+		}
+		s.serveWG.Done()
+	})
+	f.retiring = append(f.retiring, r)
+}
+
+// retiring is a group of sockets in their grace period.
+type retiring struct {
+	t   *time.Timer
+	lns []net.Listener
+}
+
+// close drains and closes r's sockets, returning what they queued.
+func (r *retiring) close(f *front) []handoff {
+	var q []handoff
+	for _, ln := range r.lns {
+		for _, c := range queued(ln) {
+			q = append(q, handoff{f, c})
+		}
+	}
+	closeAll(r.lns)
+	return q
+}
+
+// flushRetiring ends the grace of f's retiring sockets now (a reload adds
+// sockets, which must not be numbered after them). s.mu is held.
+func (f *front) flushRetiring() []handoff {
+	var q []handoff
+	for _, r := range f.retiring {
+		if r.t.Stop() { // not fired: its sockets are still open
+			q = append(q, r.close(f)...)
+		}
+	}
+	f.retiring = nil
+	return q
+}

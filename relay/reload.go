@@ -1,0 +1,372 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+)
+
+// A reload is prepared, then committed. Preparing does everything that
+// can fail (binding new sockets, resolving UDP targets, stopping UDP
+// routes whose address the new config binds anew) and can be undone;
+// committing only swaps tables and closes what is no longer wanted.
+
+// plan is an Update being applied.
+type plan struct {
+	s       *Server
+	fronts  map[string]*front         // the fronts of the new config: kept or new
+	fresh   map[*front]bool           // opened by this plan
+	grow    map[*front][]net.Listener // sockets added to kept fronts
+	shrink  map[*front]int            // kept fronts to shrink to this many sockets
+	udpNew  map[string]*route         // UDP routes opened by this plan
+	undo    []func()
+	carry   map[string]*route // for Start: the unopened routes whose load to keep
+	targets map[string]*resolved
+}
+
+// apply makes cfg the running configuration, all or nothing. s.mu is
+// held and s.started set. carry, for Start, holds the routes New made,
+// whose load the opened ones keep. It returns the connections that were
+// queued on the sockets it closed, to be handed to the engine once s.mu
+// is free.
+func (s *Server) apply(cfg Config, targets map[string]*resolved, carry map[string]*route) ([]handoff, error) {
+	p := &plan{
+		s: s, fronts: map[string]*front{}, fresh: map[*front]bool{},
+		grow: map[*front][]net.Listener{}, shrink: map[*front]int{},
+		udpNew: map[string]*route{}, carry: carry, targets: targets,
+	}
+	if err := p.prepare(cfg); err != nil {
+		for i := len(p.undo) - 1; i >= 0; i-- {
+			p.undo[i]()
+		}
+		return nil, err
+	}
+	return p.commit(cfg), nil
+}
+
+// groupFronts returns cfg's stream routes by front key, keys in the
+// order of their first route.
+func groupFronts(routes []Route) (map[string][]Route, []string) {
+	m := map[string][]Route{}
+	var keys []string
+	for _, r := range routes {
+		if r.Listen.Datagram() {
+			continue
+		}
+		k := frontKey(&r)
+		if m[k] == nil {
+			keys = append(keys, k)
+		}
+		m[k] = append(m[k], r)
+	}
+	return m, keys
+}
+
+func (p *plan) prepare(cfg Config) error {
+	s := p.s
+	for _, r := range cfg.Routes {
+		if res := p.targets[r.Name]; res != nil && res.err != nil {
+			return fmt.Errorf("route %q: %w", r.Name, res.err)
+		}
+	}
+	groups, keys := groupFronts(cfg.Routes)
+	for _, k := range keys {
+		r := groups[k][0]
+		if old := s.fronts[k]; old != nil {
+			if err := p.resize(old, &r); err != nil {
+				return fmt.Errorf("route %q: %w", r.Name, err)
+			}
+			p.fronts[k] = old
+			continue
+		}
+		lns, err := p.listen(&r, groups)
+		if err != nil {
+			return fmt.Errorf("route %q: %w", r.Name, err)
+		}
+		p.undo = append(p.undo, func() { closeAll(lns) })
+		f := newFront(s, k, lns)
+		p.fresh[f] = true
+		p.fronts[k] = f
+	}
+	return p.prepareUDP(cfg)
+}
+
+// resize prepares a kept front for r's listener settings: the sockets a
+// larger Workers needs, or Unix socket file permissions.
+func (p *plan) resize(f *front, r *Route) error {
+	oc := f.conf()
+	if r.Listen.Network == "unix" && (oc.UnixMode != r.UnixMode || oc.own != r.own) {
+		if err := p.chmod(r); err != nil {
+			return err
+		}
+	}
+	n := len(f.lns)
+	switch {
+	case r.Workers > n:
+		// The sockets there are stay; new ones join them in one
+		// SO_REUSEPORT group, which a socket opened alone joins once
+		// the option is set on it (Linux).
+		for _, ln := range f.lns {
+			if err := enableReusePort(ln); err != nil {
+				return err
+			}
+		}
+		more, err := listenStreamAt(r, f.lns[0].Addr().String(), r.Workers-n, true)
+		if err != nil {
+			return err
+		}
+		p.undo = append(p.undo, func() { closeAll(more) })
+		p.grow[f] = more
+	case r.Workers < n:
+		p.shrink[f] = r.Workers
+	}
+	return nil
+}
+
+// chmod gives a kept Unix socket file r's mode and owner, and undoes it
+// on rollback.
+func (p *plan) chmod(r *Route) error {
+	path := r.Listen.Address
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if uid, gid, ok := fileOwner(fi); ok {
+		p.undo = append(p.undo, func() { os.Lchown(path, uid, gid) })
+	}
+	mode := fi.Mode().Perm()
+	p.undo = append(p.undo, func() { os.Chmod(path, mode) })
+	if r.own != nil {
+		if err := os.Lchown(path, r.own.uid, r.own.gid); err != nil {
+			return err
+		}
+	}
+	if r.UnixMode != 0 {
+		return os.Chmod(path, r.UnixMode)
+	}
+	return nil
+}
+
+// listen opens the sockets of a new front for r. If its port is taken by
+// a front of ours this reload removes (a route moving between the
+// wildcard and a specific address of one port), the two share the port
+// in one SO_REUSEPORT group until the old one closes (Linux).
+func (p *plan) listen(r *Route, groups map[string][]Route) ([]net.Listener, error) {
+	lns, err := listenStream(r)
+	if err == nil || !errors.Is(err, syscall.EADDRINUSE) || r.Listen.Network == "unix" {
+		return lns, err
+	}
+	shared := false
+	for k, f := range p.s.fronts {
+		if groups[k] != nil || f.conf().Listen.Network == "unix" || f.conf().Listen.port() != r.Listen.port() {
+			continue
+		}
+		for _, ln := range f.lns {
+			if enableReusePort(ln) != nil {
+				return nil, err
+			}
+		}
+		shared = true
+	}
+	if !shared {
+		return nil, err
+	}
+	return listenStreamAt(r, r.Listen.Address, r.Workers, true)
+}
+
+// prepareUDP stops the UDP routes that go away or rebind (their address
+// may be the one a new route binds), then opens the UDP routes that are
+// new or rebind. Undo closes those and opens the stopped ones again.
+func (p *plan) prepareUDP(cfg Config) error {
+	s := p.s
+	want := map[string]*Route{}
+	for i := range cfg.Routes {
+		want[cfg.Routes[i].Name] = &cfg.Routes[i]
+	}
+	var gone []*route
+	for _, name := range s.sortedNames() {
+		rt := s.routes[name]
+		if rt.udp == nil {
+			continue
+		}
+		if r := want[name]; r != nil && r.Listen.Datagram() && !udpRebinds(rt.cfg.Load(), r) {
+			continue
+		}
+		rt.stop()
+		gone = append(gone, rt)
+	}
+	p.undo = append(p.undo, func() {
+		for _, rt := range gone {
+			s.restore(rt)
+		}
+	})
+	for _, r := range cfg.Routes {
+		if !r.Listen.Datagram() {
+			continue
+		}
+		old := s.routes[r.Name]
+		if old != nil && old.udp != nil && !udpRebinds(old.cfg.Load(), &r) {
+			continue
+		}
+		var l *load
+		if c := p.carry[r.Name]; c != nil {
+			l = c.load
+		} else if old != nil && old.udp != nil {
+			l = old.load
+		}
+		rt := newRoute(s, r, l)
+		if err := rt.openUDP(rt.cfg.Load(), p.targets[r.Name]); err != nil {
+			return err
+		}
+		p.undo = append(p.undo, rt.stop)
+		p.udpNew[r.Name] = rt
+	}
+	return nil
+}
+
+// udpRebinds reports whether a UDP route configured as cur needs new
+// sockets to be configured as r.
+func udpRebinds(cur, r *Route) bool {
+	return r.Listen != cur.Listen || r.Workers != cur.Workers
+}
+
+// commit makes the prepared plan the running configuration. Nothing in
+// it fails.
+func (p *plan) commit(cfg Config) []handoff {
+	s := p.s
+	routes := map[string]*route{}
+	for _, r := range cfg.Routes {
+		old := s.routes[r.Name]
+		switch {
+		case p.udpNew[r.Name] != nil:
+			routes[r.Name] = p.udpNew[r.Name]
+		case r.Listen.Datagram():
+			old.update(r, p.targets[r.Name]) // resolved beforehand: no error
+			routes[r.Name] = old
+		case old != nil && old.udp == nil:
+			old.update(r, nil)
+			routes[r.Name] = old
+		default:
+			var l *load
+			if c := p.carry[r.Name]; c != nil {
+				l = c.load
+			}
+			rt := newRoute(s, r, l)
+			rt.targets().startChecks(s)
+			routes[r.Name] = rt
+			s.log.Info("route added", "route", r.Name, "listen", r.Listen.String(), "targets", rt.targets().String())
+		}
+	}
+	for name, rt := range s.routes {
+		if routes[name] == nil {
+			s.log.Info("route removed", "route", name)
+			rt.stop()
+			rt.targets().close()
+		}
+	}
+	var queue []handoff
+	byKey := map[string][]*route{}
+	for _, r := range cfg.Routes {
+		if !r.Listen.Datagram() {
+			k := frontKey(&r)
+			byKey[k] = append(byKey[k], routes[r.Name])
+		}
+	}
+	for k, f := range p.fronts {
+		t, err := newRouteTable(byKey[k])
+		if err != nil { // normalize refused it: not reached
+			s.log.Error("route table", "err", err)
+		}
+		f.table.Store(t)
+		for _, rt := range byKey[k] {
+			rt.front = f
+		}
+		switch more := p.grow[f]; {
+		case p.fresh[f]:
+			f.serve(0)
+			s.log.Info("listening", "listen", t.routes[0].cfg.Load().Listen.String(), "addr", f.lns[0].Addr().String(), "routes", len(t.routes), "workers", len(f.lns))
+		case more != nil:
+			queue = append(queue, f.flushRetiring()...)
+			n := len(f.lns)
+			f.lns = append(f.lns, more...)
+			steer(f.lns[0], len(f.lns))
+			f.serve(n)
+		default:
+			if m, ok := p.shrink[f]; ok {
+				if err := steer(f.lns[0], m); err != nil {
+					s.log.Debug("cannot steer clients away from surplus sockets", "err", err)
+				}
+				f.retire(f.lns[m:])
+				f.lns = f.lns[:m]
+			}
+		}
+	}
+	for k, f := range s.fronts {
+		if p.fronts[k] != f {
+			queue = append(queue, f.stop(true)...)
+		}
+	}
+	s.fronts = p.fronts
+	s.routes = routes
+	for _, rt := range p.udpNew {
+		rt.serve()
+	}
+	return queue
+}
+
+// resolveUDPTargets resolves the targets of cfg's UDP routes that are new
+// or changed, before Update takes s.mu: a slow DNS answer must not stall
+// accepts, the ends of relays and Stats on every route meanwhile. A route
+// whose target is unchanged keeps the address it resolved before.
+func (s *Server) resolveUDPTargets(cfg Config) map[string]*resolved {
+	type known struct {
+		target Addr
+		tg     *udpTarget
+	}
+	cur := map[string]known{}
+	s.mu.Lock()
+	for name, rt := range s.routes {
+		if rt.udp != nil {
+			cur[name] = known{rt.cfg.Load().Targets[0].Addr, rt.udp.target.Load()}
+		}
+	}
+	s.mu.Unlock()
+	out := map[string]*resolved{}
+	for i := range cfg.Routes {
+		r := &cfg.Routes[i]
+		if !r.Listen.Datagram() {
+			continue
+		}
+		if k, ok := cur[r.Name]; ok && k.target == r.Targets[0].Addr {
+			out[r.Name] = &resolved{tg: k.tg}
+			continue
+		}
+		tg, err := resolveTarget(r)
+		out[r.Name] = &resolved{tg, err}
+	}
+	return out
+}
+
+// restore opens again old, a UDP route a failed reload stopped, with its
+// settings and load, where it listened before: on the same port if it
+// asked for port 0. The address was just freed, so this fails only if
+// something else took it meanwhile; then the route is gone until an
+// Update adds it again.
+func (s *Server) restore(old *route) {
+	r := *old.cfg.Load()
+	back := newRoute(s, r, old.load)
+	if as := old.addrs(); r.Listen.port() == 0 && len(as) > 0 {
+		host, _, _ := net.SplitHostPort(r.Listen.Address)
+		_, port, _ := net.SplitHostPort(as[0].String())
+		r.Listen.Address = net.JoinHostPort(host, port)
+	}
+	if err := back.openUDP(&r, &resolved{tg: old.udp.target.Load()}); err != nil {
+		s.log.Error("route stopped by a failed reload, and listening again as before failed; route removed", "route", old.name, "err", err)
+		delete(s.routes, old.name)
+		return
+	}
+	back.serve()
+	s.routes[old.name] = back
+}
