@@ -256,7 +256,9 @@ func (p *plan) commit(cfg Config) []handoff {
 			rt := newRoute(s, r, l)
 			rt.targets().startChecks(s)
 			routes[r.Name] = rt
-			s.log.Info("route added", "route", r.Name, "listen", r.Listen.String(), "targets", rt.targets().String())
+			if p.carry == nil {
+				s.log.Info("route added", "route", r.Name, "listen", r.Listen.String(), "targets", rt.targets().String())
+			}
 		}
 	}
 	for name, rt := range s.routes {
@@ -283,10 +285,10 @@ func (p *plan) commit(cfg Config) []handoff {
 		for _, rt := range byKey[k] {
 			rt.front = f
 		}
+		_, shrinks := p.shrink[f]
 		switch more := p.grow[f]; {
 		case p.fresh[f]:
 			f.serve(0)
-			s.log.Info("listening", "listen", t.routes[0].cfg.Load().Listen.String(), "addr", f.lns[0].Addr().String(), "routes", len(t.routes), "workers", len(f.lns))
 		case more != nil:
 			queue = append(queue, f.flushRetiring()...)
 			n := len(f.lns)
@@ -300,6 +302,11 @@ func (p *plan) commit(cfg Config) []handoff {
 				}
 				f.retire(f.lns[m:])
 				f.lns = f.lns[:m]
+			}
+		}
+		if p.fresh[f] || p.grow[f] != nil || shrinks {
+			for _, rt := range t.routes {
+				s.log.Info("listening", "route", rt.name, "listen", f.lns[0].Addr().String(), "targets", rt.targets().String(), "workers", len(f.lns))
 			}
 		}
 	}
