@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // Options configures a [Conn]. The zero value (or nil) enables GSO and GRO
@@ -81,11 +82,16 @@ type Conn struct {
 	gso    atomic.Bool
 	groOn  atomic.Bool // UDP_GRO is set on the socket
 	readMu sync.Mutex  // serializes readers: GRO leftovers live in sys
-	// groMu orders the GRO switch: the first read turns it on only if the
-	// socket has not been handed out, and a hand-out turns it off for good.
-	groMu     sync.Mutex
-	groTried  bool // the first read has decided on GRO; guarded by groMu
-	handedOut bool // SyscallConn or File was called; guarded by groMu
+	// The GRO switch (handout.go): handMu serializes hand-outs; handedOut
+	// is set by the first; waking tells a read woken by a hand-out to wait
+	// for it and read again.
+	handMu    sync.Mutex
+	handedOut atomic.Bool
+	waking    atomic.Bool
+	// dlMu guards rdl, the caller's read deadline, which a hand-out that
+	// wakes a blocked read puts back.
+	dlMu sync.Mutex
+	rdl  time.Time
 
 	gsoSends, groReads, gsoFallbacks atomic.Uint64
 

@@ -70,11 +70,10 @@
 //     socket holds, without waiting, and splits it: those datagrams are
 //     returned by the Conn's own read methods, before anything read
 //     later, and never reach the new reader merged.
-//   - If a read of the Conn is waiting at that moment (the socket was
-//     empty), the hand-out does not wait for it and turns UDP_GRO off at
-//     once. A buffer the kernel coalesces in the same instant could then
-//     reach that read without its segment size, as one datagram: hand the
-//     socket out before the Conn's first read, or while none is under way.
+//   - A read of the Conn waiting for a datagram at that moment is woken
+//     (with a read deadline in the past, which the hand-out then puts
+//     back as the caller set it), so that the hand-out can read ahead;
+//     the read then goes on waiting and returns no error of the switch.
 //
 // After the switch the kernel coalesces nothing more for the socket: it
 // no longer merges the flow's packets and splits a GSO send from a local

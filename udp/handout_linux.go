@@ -29,8 +29,8 @@ func (c *Conn) setGRO(on bool) bool {
 	return on
 }
 
-// stopGRO turns GRO off for good. With drain (c.readMu held), it first
-// reads what the socket holds, splitting coalesced buffers into datagrams
+// stopGRO turns GRO off for good, c.readMu held. It first reads what the
+// socket holds, splitting coalesced buffers into datagrams
 // that the Conn's own reads return before anything else: once UDP_GRO is
 // off the kernel no longer reports the segment size of a buffer it has
 // already coalesced (udp_recvmsg in net/ipv4/udp.c emits the UDP_GRO
@@ -38,13 +38,12 @@ func (c *Conn) setGRO(on bool) bool {
 // from one large datagram. After the switch the kernel coalesces nothing
 // more: it no longer merges the flow's packets, and splits a GSO packet
 // from a local sender before queueing it (udp_unexpected_gso).
-func (c *Conn) stopGRO(drain bool) {
-	if drain {
-		c.drainGRO()
+func (c *Conn) stopGRO() {
+	if !c.groOn.Load() {
+		return
 	}
-	c.groMu.Lock()
+	c.drainGRO()
 	c.groOn.Store(c.setGRO(false))
-	c.groMu.Unlock()
 }
 
 // drainGRO reads, without waiting, every buffer the socket holds into

@@ -312,10 +312,11 @@ func TestHandOutSplitsWhatGROAlreadyCoalesced(t *testing.T) {
 	checkRun(t, 3*runLen, func(b []byte) (int, error) { n, _, err := rx.ReadFrom(b); return n, err })
 }
 
-// TestHandOutDoesNotWaitForABlockedRead hands the socket out while a read
-// of the Conn waits for a datagram: the hand-out neither waits for that
-// read nor leaves GRO on.
-func TestHandOutDoesNotWaitForABlockedRead(t *testing.T) {
+// TestHandOutWakesABlockedRead hands the socket out while a read of the
+// Conn waits for a datagram, holding the read lock the hand-out needs: the
+// hand-out wakes it, switches GRO off, and the read goes on waiting, under
+// its own deadline again, and returns the next datagram, with no error.
+func TestHandOutWakesABlockedRead(t *testing.T) {
 	tx := gsoSender(t)
 	rx := listenRx(t)
 	firstRead(t, rx)

@@ -6,4 +6,4 @@ package udp
 func (c *Conn) setGRO(bool) bool { return false }
 
 // stopGRO has nothing to do on GOOS other than linux: GRO is never on.
-func (c *Conn) stopGRO(bool) {}
+func (c *Conn) stopGRO() {}

@@ -24,10 +24,20 @@ func (c *Conn) LocalAddr() net.Addr { return c.uc.LocalAddr() }
 func (c *Conn) RemoteAddr() net.Addr { return c.uc.RemoteAddr() }
 
 // SetDeadline sets the read and write deadlines, as [net.Conn] does.
-func (c *Conn) SetDeadline(t time.Time) error { return c.uc.SetDeadline(t) }
+func (c *Conn) SetDeadline(t time.Time) error {
+	c.dlMu.Lock()
+	defer c.dlMu.Unlock()
+	c.rdl = t
+	return c.uc.SetDeadline(t)
+}
 
 // SetReadDeadline sets the deadline of ReadBatch and the read methods.
-func (c *Conn) SetReadDeadline(t time.Time) error { return c.uc.SetReadDeadline(t) }
+func (c *Conn) SetReadDeadline(t time.Time) error {
+	c.dlMu.Lock()
+	defer c.dlMu.Unlock()
+	c.rdl = t
+	return c.uc.SetReadDeadline(t)
+}
 
 // SetWriteDeadline sets the deadline of WriteBatch and the write methods.
 func (c *Conn) SetWriteDeadline(t time.Time) error { return c.uc.SetWriteDeadline(t) }

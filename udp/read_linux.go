@@ -158,9 +158,16 @@ func (c *Conn) ReadBatch(msgs []Message) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
 	}
-	c.readMu.Lock()
-	defer c.readMu.Unlock()
-	return c.readBatch(msgs)
+	for {
+		c.readMu.Lock()
+		n, err := c.readBatch(msgs)
+		woken := c.wokenByHandOut(err)
+		c.readMu.Unlock()
+		if !woken {
+			return n, err
+		}
+		c.waitHandOut() // then read again, under the caller's deadline
+	}
 }
 
 // ReadQueued reads as [Conn.ReadBatch] does, but never waits: it returns
