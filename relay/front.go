@@ -50,7 +50,7 @@ type frontCounters struct {
 // by several routes (or serving one), for clients turned away before a
 // route was chosen.
 type FrontStats struct {
-	Listen string
+	Listen string // the address routes give, with port 0 resolved
 	Routes []string
 	// Unmatched clients sent a hello (or none) that no route takes.
 	Unmatched uint64
@@ -134,8 +134,12 @@ func (f *front) acceptFailed() {
 // stats returns f's counters.
 func (f *front) stats() FrontStats {
 	t := f.table.Load()
+	l := t.routes[0].cfg.Load().Listen
+	if l.Network != "unix" && l.port() == 0 && len(f.lns) > 0 { // the port it got
+		l.Address = f.lns[0].Addr().String()
+	}
 	fs := FrontStats{
-		Listen:    t.routes[0].cfg.Load().Listen.String(),
+		Listen:    l.String(),
 		Unmatched: f.st.unmatched.Load(), HelloTimeouts: f.st.helloTimeout.Load(),
 		HelloMalformed: f.st.helloMalformed.Load(), HelloTooLarge: f.st.helloTooLarge.Load(),
 		ProxyHeaderErrors: f.st.proxyErrors.Load(), Untrusted: f.st.untrusted.Load(),

@@ -25,6 +25,10 @@ type routeSpec struct {
 	Targets            []targetSpec `yaml:"targets"`
 	Balance            string       `yaml:"balance"`
 	HealthCheck        *healthSpec  `yaml:"health_check"`
+	SNI                []string     `yaml:"sni"`
+	ALPN               []string     `yaml:"alpn"`
+	PeekTimeout        duration     `yaml:"peek_timeout"`
+	ListenOverlap      bool         `yaml:"listen_overlap"`
 	Workers            int          `yaml:"workers"`
 	DialTimeout        duration     `yaml:"dial_timeout"`
 	IdleTimeout        duration     `yaml:"idle_timeout"`
@@ -222,6 +226,7 @@ func (s routeSpec) route() (relay.Route, error) {
 		AcceptProxy: s.AcceptProxy, ProxyHeaderTimeout: time.Duration(s.ProxyHeaderTimeout),
 		KeepAlive: time.Duration(s.KeepAlive), Nagle: s.Nagle,
 		SessionTimeout: time.Duration(s.SessionTimeout), MaxSessions: s.MaxSessions, UDPBuffer: s.UDPBuffer,
+		SNI: s.SNI, ALPN: s.ALPN, PeekTimeout: time.Duration(s.PeekTimeout), ListenOverlap: s.ListenOverlap,
 	}
 	if s.Target != "" {
 		s.Targets = []targetSpec{{URL: s.Target}}

@@ -98,6 +98,12 @@ var (
 	mPackets  = desc("udp_datagrams_total", "UDP datagrams relayed; up is client to target.", "direction")
 	mDrops    = desc("udp_drops_total", "UDP datagrams dropped, by reason.", "reason")
 
+	// A listen address shared by routes turns some clients away before
+	// any route is chosen: those carry the address, not a route.
+	mHelloRejected = prometheus.NewDesc("zeroio_relay_listen_rejected_total",
+		"Clients of a listen address closed before a route was chosen, by reason: unmatched (no route takes the ClientHello, or its absence), hello_timeout, hello_malformed, hello_too_large, proxy_header, untrusted.",
+		[]string{"listen", "reason"}, nil)
+
 	mTargetUp     = desc("target_up", "1 if the target takes clients, 0 if a failed dial or health checks marked it down.", "target")
 	mTargetWeight = desc("target_weight", "The target's weight.", "target")
 	mTargetActive = desc("target_connections_active", "Connections relayed to the target now.", "target")
@@ -111,7 +117,7 @@ type relayCollector struct{ s *relay.Server }
 
 func (c relayCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mActive, mAccepted, mRelayed, mRejected, mBytes, mErrors, mSessions, mSessTot, mPackets, mDrops,
-		mTargetUp, mTargetWeight, mTargetActive, mTargetConns, mTargetFails, mTargetBytes} {
+		mTargetUp, mTargetWeight, mTargetActive, mTargetConns, mTargetFails, mTargetBytes, mHelloRejected} {
 		ch <- d
 	}
 	describeLibStats(ch)
@@ -124,7 +130,19 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v int64, l ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), l...)
 	}
-	for _, r := range c.s.Stats().Routes {
+	st := c.s.Stats()
+	for _, f := range st.Fronts {
+		for _, v := range []struct {
+			n      uint64
+			reason string
+		}{
+			{f.Unmatched, "unmatched"}, {f.HelloTimeouts, "hello_timeout"}, {f.HelloMalformed, "hello_malformed"},
+			{f.HelloTooLarge, "hello_too_large"}, {f.ProxyHeaderErrors, "proxy_header"}, {f.Untrusted, "untrusted"},
+		} {
+			counter(mHelloRejected, v.n, f.Listen, v.reason)
+		}
+	}
+	for _, r := range st.Routes {
 		n := r.Name
 		gauge(mActive, r.Active, n)
 		counter(mAccepted, r.Accepted, n)

@@ -44,6 +44,17 @@ With --health-interval the relay also connects to each target that often
 down, --health-rise successes bring it back. The relay starts whatever
 its targets' state; --check-targets dials each once for deploy scripts.
 
+Several TLS services on one port: routes with the same listen address
+are told apart by the ClientHello, read without being consumed (the
+target gets every byte; TLS is not terminated). sni: lists server names
+(exact, or *.example.com for any name under it); alpn: optionally
+protocols (h2, http/1.1). The most specific route wins: exact name, then
+the longest wildcard, then routes without sni; a route with alpn over one
+without. The route with neither is the default for clients that send no
+ClientHello, no name, or one nothing matches; without it they are closed.
+A client has --peek-timeout (default 5s) to send its hello, which may be
+16 KiB at most. Two routes that could take the same client are refused.
+
 Timeouts: --dial-timeout (default 5s) and --idle-timeout (default 1h) are
 Envoy's defaults (HAProxy has none and waits forever; nginx 60s and 10m);
 "never" turns either off. Negative durations are refused; 0 is the
@@ -101,6 +112,11 @@ file's defaults, then the flags):
       deny: [10.6.6.0/24]
       send_proxy: v2          # v1 or v2
       keepalive: 30s          # TCP keep-alive; off by default
+    # three routes on one port, chosen by the ClientHello (peek_timeout,
+    # workers and accept_proxy, if set, must be the same on all three)
+    - {name: a, listen: tcp://0.0.0.0:9443, sni: [a.example.com, "*.a.example.com"], target: tcp://10.0.0.1:443}
+    - {name: b-h2, listen: tcp://0.0.0.0:9443, sni: [b.example.com], alpn: [h2], target: tcp://10.0.0.2:443}
+    - {name: other, listen: tcp://0.0.0.0:9443, target: tcp://10.0.0.9:443}
     - name: from-lb
       listen: tcp://127.0.0.1:8443
       target: unix:///run/app.sock
@@ -122,10 +138,18 @@ file's defaults, then the flags):
 Signals: SIGINT or SIGTERM stops accepting and lets connections finish for
 --shutdown-timeout, then closes them (a second signal closes at once);
 meanwhile /healthz on the --metrics address answers 503.
-SIGHUP reloads the config file: new routes start, removed routes stop
-listening, established connections are never touched, and on Linux those
-still waiting in a stopped listener's accept queue are relayed, not reset;
-a bad file is logged and the running config kept. A reload may add,
+SIGHUP reloads the config file, all or nothing: if the file is bad or any
+route cannot start (an address in use, a UDP target that does not
+resolve), the error is logged and the running config kept whole.
+Otherwise new routes start, removed routes stop listening, and
+established connections are never touched. A stream reload loses no
+client: an address that stays keeps its sockets (a change of workers adds
+sockets, or on Linux steers clients off the surplus ones before they
+close), a route that moves listens at its new address before the old one
+closes, and clients waiting in a closed socket's accept queue are
+relayed, not reset. A wildcard and a specific listen address on one port
+(0.0.0.0:443 and 127.0.0.1:443) are refused unless a route sets
+listen_overlap: true. A reload may add,
 remove and reweight targets: connections to a removed target finish
 undisturbed, and a kept target keeps its health and counters.
 
@@ -204,6 +228,8 @@ func (f *relayFlags) config() (relay.Config, error) {
 	switch {
 	case f.file != "" && len(f.pos) > 0:
 		return cfg, errors.New("give either LISTEN TARGET... or -c FILE, not both")
+	case f.file != "" && (len(f.sni) > 0 || len(f.alpn) > 0):
+		return cfg, errors.New("--sni and --alpn are for a single route given as LISTEN TARGET; in a config file, give each route its sni and alpn")
 	case f.file != "":
 		c, fc, err := loadFile(f.file, f.spec)
 		if err != nil {
@@ -342,7 +368,7 @@ func (f *relayFlags) reload(srv *relay.Server, log *slog.Logger) {
 	}
 	cfg.MaxConns = maxConns(f.set["max-conns"], f.global, fc)
 	if err := srv.Update(cfg); err != nil {
-		log.Error("reload incomplete", "err", err)
+		log.Error("reload failed; keeping the running config", "err", err)
 		return
 	}
 	log.Info("reloaded", "file", f.file, "routes", len(cfg.Routes))

@@ -23,6 +23,7 @@ type relayFlags struct {
 	checkOnly, checkTargets    bool
 	help                       bool
 	allow, deny, trusted, pos  listFlag
+	sni, alpn                  listFlag
 	set                        map[string]bool // flags given explicitly
 	noCheck                    bool            // deprecated, ignored
 	healthRise, healthFall     int
@@ -49,6 +50,9 @@ func newRelayFlags() *relayFlags {
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&f.file, "c", "", "read routes from this YAML `file` (also --config)")
 	fs.StringVar(&f.file, "config", "", "same as -c")
+	fs.Var(&f.sni, "sni", "with LISTEN TARGET: take only TLS clients whose ClientHello names this server (`name` or *.wildcard; repeat or comma-separate); others are closed")
+	fs.Var(&f.alpn, "alpn", "with LISTEN TARGET: take only TLS clients offering this ALPN `protocol` (repeat or comma-separate)")
+	fs.Var(&s.PeekTimeout, "peek-timeout", fmt.Sprintf("time allowed for a client's TLS ClientHello on a route chosen by SNI or ALPN (`duration`, default %v)", relay.DefaultPeekTimeout))
 	fs.IntVar(&s.Workers, "workers", 1, "`N` sockets per TCP or UDP route in one SO_REUSEPORT group, sharing accept or reads (Linux)")
 	fs.StringVar(&s.Balance, "balance", "", "how new clients are spread over a route's targets: round-robin (weighted; the default), least-conn or client-hash")
 	fs.Var(&s.DialTimeout, "dial-timeout", fmt.Sprintf("time allowed to connect to a target, over all the targets a client tries; `never` or a duration (default %v)", relay.DefaultDialTimeout))
@@ -107,6 +111,7 @@ func (f *relayFlags) parse(args []string) error {
 		return fmt.Errorf("--shutdown-timeout %v is negative (0 closes connections at once)", f.opt.shutdownTimeout)
 	}
 	f.spec.Allow, f.spec.Deny, f.spec.TrustedProxies = f.allow, f.deny, f.trusted
+	f.spec.SNI, f.spec.ALPN = f.sni, f.alpn
 	if f.healthInterval != 0 || f.healthTime != 0 || f.healthRise != 0 || f.healthFall != 0 {
 		f.spec.HealthCheck = &healthSpec{f.healthInterval, f.healthTime, f.healthRise, f.healthFall}
 	}
