@@ -377,4 +377,3 @@ func certIs(out []byte, name string) bool {
 	}
 	return false
 }
-
