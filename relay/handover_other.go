@@ -10,3 +10,5 @@ import "net"
 func enableReusePort(ln net.Listener) error { return reusePortSupported() }
 
 func steer(ln net.Listener, n int) error { return reusePortSupported() }
+
+func migrateReq() bool { return false }

@@ -297,11 +297,17 @@ func (p *plan) commit(cfg Config) []handoff {
 			f.serve(n)
 		default:
 			if m, ok := p.shrink[f]; ok {
-				if err := steer(f.lns[0], m); err != nil {
-					s.log.Debug("cannot steer clients away from surplus sockets", "err", err)
+				// Closing a socket of the group resets the handshakes
+				// in flight on it, unless new clients were steered
+				// away first, or the kernel migrates them
+				// (tcp_migrate_req). Failing both, the surplus sockets
+				// stay: a reload loses no client.
+				if err := steer(f.lns[0], m); err != nil && !migrateReq() {
+					s.log.Warn("workers lowered, but the surplus sockets stay open until the address changes: closing them would reset clients connecting", "listen", f.lns[0].Addr().String(), "sockets", len(f.lns), "workers", m, "err", err)
+				} else {
+					f.retire(f.lns[m:])
+					f.lns = f.lns[:m]
 				}
-				f.retire(f.lns[m:])
-				f.lns = f.lns[:m]
 			}
 		}
 		if p.fresh[f] || p.grow[f] != nil || shrinks {

@@ -108,14 +108,20 @@ func (s *Server) sortedNames() []string {
 //
 // A stream reload loses no client: routes sharing a listen address
 // change by swapping the route table of the address's listening sockets,
-// which stay open. A change of workers keeps the sockets there are and
-// adds the missing ones, or (on Linux) steers new clients away from the
-// surplus ones (a SO_REUSEPORT BPF program), which accept what their
-// handshakes already started for a couple of seconds and then close. A
-// route that moves to a new address listens there before its old sockets
-// close, and the connections queued on those (handshake done, not yet
-// accepted) are accepted and relayed rather than reset; clients that
-// connect to the old address after that are refused.
+// which stay open. More workers keep the sockets there are and add the
+// missing ones to their SO_REUSEPORT group. Fewer workers steer new
+// clients away from the surplus sockets (a BPF program on the group,
+// SO_ATTACH_REUSEPORT_CBPF), which accept what their handshakes already
+// started for a couple of seconds and then close; where the kernel
+// refuses the program and does not migrate handshakes itself
+// (net.ipv4.tcp_migrate_req), the surplus sockets stay open instead, and
+// a warning says so. A route that moves to a new address listens there
+// before its old sockets close, and the connections queued on those
+// (handshake done, not yet accepted) are accepted and relayed rather than
+// reset; clients that connect to the old address after that are refused.
+// Moving between the wildcard and a specific address of one port shares
+// the port for that moment, which needs SO_REUSEPORT (Linux); elsewhere
+// such a reload is refused.
 func (s *Server) Update(cfg Config) error {
 	cfg, err := cfg.normalize()
 	if err != nil {
