@@ -29,6 +29,19 @@
 // When accept fails for lack of descriptors (EMFILE), the accept loop
 // backs off from 5 ms to 1 s instead of spinning.
 //
+// # Several routes on one address
+//
+// Stream routes may share a listen address when [Route.SNI] and
+// [Route.ALPN] tell them apart: the relay reads the client's TLS
+// ClientHello (after a PROXY header, if the address takes one) without
+// terminating TLS, picks the most specific route (an exact name over a
+// wildcard, a longer wildcard over a shorter, a route with ALPN over one
+// without), and writes the bytes it read to that route's target before
+// relaying. The route with neither is the default for clients that send
+// no hello, no name, or one nothing matches. The hello is bounded (16 KiB)
+// and timed ([Route.PeekTimeout]); clients turned away before a route is
+// chosen are counted in [Stats].Fronts.
+//
 // # Datagrams
 //
 // A UDP route keeps a session per client address, each with its own
@@ -47,9 +60,10 @@
 // # Operations
 //
 // [Server.Start] binds every route, failing as a whole if one address is
-// in use. [Server.Update] applies a new Config (SIGHUP in zeroio relay):
-// added routes start, removed ones stop listening, and established
-// connections are never touched. [Server.Shutdown] stops accepting, lets
+// in use. [Server.Update] applies a new Config (SIGHUP in zeroio relay),
+// all or nothing: added routes start, removed ones stop listening,
+// established connections are never touched, and a stream reload loses
+// no client; if any route cannot start, nothing changes. [Server.Shutdown] stops accepting, lets
 // relays in flight finish until its context ends, then closes them.
 // [Server.Stats] returns plain counters that cmd/zeroio exports to
 // Prometheus. The package starts no goroutine beyond serving: one per
