@@ -46,7 +46,7 @@ func (rt *route) dialTarget(ctx context.Context, r *Route, client netip.Addr) (n
 			}
 			d.Deadline = time.Now().Add(rem / time.Duration(left))
 		}
-		c, err := d.DialContext(ctx, b.network, b.address)
+		c, err := rt.dialOne(ctx, &d, b, deadline)
 		if err == nil && rt.srv.dialsSelf(c) {
 			c.Close()
 			b.loops.Store(true)
@@ -56,14 +56,39 @@ func (rt *route) dialTarget(ctx context.Context, r *Route, client netip.Addr) (n
 			b.dialOK()
 			return c, b, nil
 		}
-		if ctx.Err() != nil {
-			return nil, b, err
+		if ctx.Err() != nil || exhausted(err) {
+			return nil, b, err // not the target's fault
 		}
 		b.dialFailed(err)
 		lastErr = err
 		rt.srv.log.Debug("dial failed; trying another target", "route", rt.name, "target", b.addr.String(), "err", err)
 	}
 	return nil, nil, lastErr
+}
+
+// dialOne dials b. Out of descriptors or memory, which is no fault of
+// the target, it waits for them (5 ms doubling to 100 ms, as long as the
+// dial timeout and ctx allow) and dials again, rather than mark the
+// target down or drop the client.
+func (rt *route) dialOne(ctx context.Context, d *net.Dialer, b *backend, deadline time.Time) (net.Conn, error) {
+	wait := 5 * time.Millisecond
+	for {
+		c, err := d.DialContext(ctx, b.network, b.address)
+		if err == nil || !exhausted(err) {
+			return c, err
+		}
+		if !deadline.IsZero() && time.Until(deadline) < wait {
+			return nil, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
 }
 
 // targets returns the route's current target set.

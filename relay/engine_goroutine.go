@@ -27,7 +27,7 @@ func newGoroutineEngine(s *Server) *goroutineEngine {
 
 func (e *goroutineEngine) serve(f *front, ln net.Listener) { e.acceptLoop(f, ln) }
 
-func (e *goroutineEngine) handoff(f *front, c net.Conn) { e.serveFront(f, c) }
+func (e *goroutineEngine) handoff(f *front, c net.Conn) { e.serveFront(f, c, false) }
 
 // abort closes every connection in flight; s.mu is held.
 func (e *goroutineEngine) abort(why error) {
@@ -67,8 +67,12 @@ func fdOf(c net.Conn) int {
 // acceptLoop serves one listener until it is closed.
 func (e *goroutineEngine) acceptLoop(f *front, ln net.Listener) {
 	defer f.srv.serveWG.Done()
-	var delay time.Duration
+	bo := backoff{listen: ln.Addr().String()}
 	for {
+		// Room first: at a limit, clients wait in the listen backlog.
+		if !f.waitRoom() {
+			return
+		}
 		c, err := ln.Accept()
 		if err != nil {
 			if errors.Is(err, net.ErrClosed) {
@@ -76,33 +80,27 @@ func (e *goroutineEngine) acceptLoop(f *front, ln net.Listener) {
 			}
 			f.acceptFailed()
 			// Out of descriptors (EMFILE, ENFILE) or memory: every retry
-			// fails the same way until a connection closes, so back off
-			// as net/http's Server.Serve does, 5 ms doubling to 1 s,
-			// instead of spinning on a pending connection.
-			if delay == 0 {
-				delay = 5 * time.Millisecond
-				f.srv.log.Warn("accept failed; backing off", "listen", ln.Addr().String(), "err", err)
-			} else {
-				delay = min(2*delay, time.Second)
-			}
+			// fails the same way until a connection closes.
 			select {
-			case <-time.After(delay):
+			case <-time.After(bo.failed(f.srv.log, err)):
 			case <-f.done:
 				return
 			}
 			continue
 		}
-		delay = 0
-		e.serveFront(f, c)
+		bo.ok(f.srv.log)
+		e.serveFront(f, c, true)
 	}
 }
 
 // serveFront serves a client of f: at once by the only route of a front
 // that needs no hello, else on a goroutine that reads the hello first.
-func (e *goroutineEngine) serveFront(f *front, c net.Conn) {
+// With wait, a client over a limit waits for a slot rather than being
+// closed.
+func (e *goroutineEngine) serveFront(f *front, c net.Conn, wait bool) {
 	t := f.table.Load()
 	if !t.needsHello() {
-		e.serveConn(t.only(), c)
+		e.serveConn(t.only(), c, wait)
 		return
 	}
 	p := &pair{e: e, client: c, start: time.Now()}
@@ -119,10 +117,10 @@ func (e *goroutineEngine) serveFront(f *front, c net.Conn) {
 func (p *pair) runFront(f *front, t *routeTable) {
 	rt := f.readHello(p.client, t, &p.pk)
 	if rt != nil {
-		r := rt.cfg.Load()
 		rt.st.accepted.Add(1)
-		if rt.admit(r) {
-			p.rt, p.cfg = rt, r
+		// Over the route's limit, the client waits for a slot.
+		if rt.waitAdmit() {
+			p.rt, p.cfg = rt, rt.cfg.Load()
 			p.run()
 			return
 		}
@@ -134,15 +132,16 @@ func (p *pair) runFront(f *front, t *routeTable) {
 }
 
 // serveConn relays an accepted connection under the route's current
-// settings, if its limits and the server let it in.
-func (e *goroutineEngine) serveConn(rt *route, c net.Conn) {
+// settings, if its limits and the server let it in; with wait, it waits
+// for a slot (the accept loop pausing meanwhile) rather than close it.
+func (e *goroutineEngine) serveConn(rt *route, c net.Conn, wait bool) {
 	rt.st.accepted.Add(1)
-	r := rt.cfg.Load()
-	if !rt.admit(r) {
+	if !rt.admit(rt.cfg.Load()) && !(wait && rt.waitAdmit()) {
 		rt.st.overLimit.Add(1)
 		c.Close()
 		return
 	}
+	r := rt.cfg.Load()
 	p := &pair{e: e, rt: rt, cfg: r, client: c, start: time.Now()}
 	if !e.track(p) {
 		rt.release(p)
@@ -158,7 +157,7 @@ func (rt *route) admit(r *Route) bool {
 	s := rt.srv
 	n := s.active.Add(1)
 	m := rt.active.Add(1)
-	if lim := s.maxConns.Load(); (lim > 0 && n > lim) || (r.MaxConns > 0 && m > int64(r.MaxConns)) {
+	if lim := s.limit(); (lim > 0 && n > lim) || (r.MaxConns > 0 && m > int64(r.MaxConns)) {
 		s.active.Add(-1)
 		rt.active.Add(-1)
 		return false
@@ -167,8 +166,7 @@ func (rt *route) admit(r *Route) bool {
 }
 
 func (rt *route) release(p *pair) {
-	rt.srv.active.Add(-1)
-	rt.active.Add(-1)
+	rt.unadmit()
 	if p.perClient {
 		rt.clientMu.Lock()
 		if rt.clients[p.clientIP]--; rt.clients[p.clientIP] <= 0 {

@@ -20,6 +20,8 @@ var ErrServerClosed = errors.New("relay: server closed")
 type Server struct {
 	log      *slog.Logger
 	connLog  slog.Level
+	fdBudget int64 // the most stream relays the descriptor limit allows; 0 none known
+	gate     gate
 	ports    atomic.Pointer[[]netip.AddrPort] // stream listeners, for dialsSelf
 	maxConns atomic.Int64
 	active   atomic.Int64 // stream relays in progress, all routes
@@ -49,6 +51,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.eng = newEngine(s, cfg.Engine)
 	s.ports.Store(new([]netip.AddrPort))
+	s.gate.wake = make(chan struct{})
+	s.setBudget(cfg)
 	s.maxConns.Store(int64(cfg.MaxConns))
 	for i := range cfg.Routes {
 		rt := newRoute(s, cfg.Routes[i], nil)
@@ -144,7 +148,9 @@ func (s *Server) Update(cfg Config) error {
 	if err == nil {
 		s.cfg = cfg
 		s.maxConns.Store(int64(cfg.MaxConns))
+		s.setBudget(cfg)
 	}
+	s.slotFreed() // a limit may have risen
 	s.updatePorts()
 	if len(drained) > 0 {
 		// Like an accept loop's: Shutdown waits for these connections
@@ -256,6 +262,7 @@ type route struct {
 	done  chan struct{} // closed by stop
 
 	*load
+	pauseLog pauseLog
 }
 
 // load is what a route's limits count, and its counters. A rebind replaces
@@ -271,6 +278,20 @@ type load struct {
 	// targets is the route's target set, carried over a rebind with the
 	// rest of the load so that health and per-target counters go on.
 	targets atomic.Pointer[targetSet]
+}
+
+// setBudget derives the descriptor budget for cfg and warns when the
+// configured limit is above it.
+func (s *Server) setBudget(cfg Config) {
+	s.fdBudget = fdBudget(cfg.Routes)
+	if b := s.fdBudget; b > 0 && (cfg.MaxConns == 0 || int64(cfg.MaxConns) > b) {
+		lvl := slog.LevelInfo
+		if cfg.MaxConns > 0 {
+			lvl = slog.LevelWarn
+		}
+		s.log.Log(context.Background(), lvl, "descriptor limit caps concurrent streams; more clients wait in the listen backlog",
+			"fd_limit", descriptorLimit(), "max_streams", b, "max_conns", cfg.MaxConns)
+	}
 }
 
 // newRoute returns a route for r, sharing l if not nil.

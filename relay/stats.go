@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 )
 
 // counters are a route's live counters.
@@ -12,6 +13,8 @@ type counters struct {
 	bytesUp, bytesDown                           atomic.Uint64
 	errAccept, errDial, errProxy, errCopy        atomic.Uint64
 	idleTimeouts                                 atomic.Uint64
+	pausedNanos                                  atomic.Uint64
+	pausedNow                                    atomic.Int32
 	udpSessions, udpSessionsTotal                atomic.Int64
 	udpPacketsUp, udpPacketsDown                 atomic.Uint64
 	udpDropLimit, udpDropWrite, udpDropTruncated atomic.Uint64
@@ -32,6 +35,13 @@ type RouteStats struct {
 
 	// Errors by kind.
 	AcceptErrors, DialErrors, ProxyHeaderErrors, CopyErrors, IdleTimeouts uint64
+
+	// Paused is the time the route's accept loops spent waiting at a
+	// connection limit or the descriptor budget, summed over its
+	// listeners, and AcceptPaused whether one waits now. Waits end as
+	// slots free.
+	Paused       time.Duration
+	AcceptPaused bool
 
 	// UDP.
 	Sessions, SessionsTotal int64
@@ -83,8 +93,8 @@ func (s *Server) Stats() Stats {
 			BytesUp: c.bytesUp.Load(), BytesDown: c.bytesDown.Load(),
 			AcceptErrors: c.errAccept.Load(), DialErrors: c.errDial.Load(),
 			ProxyHeaderErrors: c.errProxy.Load(), CopyErrors: c.errCopy.Load(),
-			IdleTimeouts: c.idleTimeouts.Load(),
-			Sessions:     c.udpSessions.Load(), SessionsTotal: c.udpSessionsTotal.Load(),
+			IdleTimeouts: c.idleTimeouts.Load(), Paused: time.Duration(c.pausedNanos.Load()), AcceptPaused: c.pausedNow.Load() > 0,
+			Sessions: c.udpSessions.Load(), SessionsTotal: c.udpSessionsTotal.Load(),
 			PacketsUp: c.udpPacketsUp.Load(), PacketsDown: c.udpPacketsDown.Load(),
 			DropsSessionLimit: c.udpDropLimit.Load(), DropsWriteError: c.udpDropWrite.Load(),
 			DropsTruncated: c.udpDropTruncated.Load(),

@@ -51,7 +51,15 @@ type proc struct {
 // "listening" for want routes.
 func startProc(t *testing.T, want int, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(binary, append([]string{"relay", "--log-format", "json", "--log-level", "debug"}, args...)...)
+	return startProcUnder(t, nil, want, args...)
+}
+
+// startProcUnder is startProc with the relay run under a wrapper command
+// (sh -c '... exec "$@"' ...), or directly if wrapper is nil.
+func startProcUnder(t *testing.T, wrapper []string, want int, args ...string) *proc {
+	t.Helper()
+	argv := append(append(wrapper[:len(wrapper):len(wrapper)], binary), append([]string{"relay", "--log-format", "json", "--log-level", "debug"}, args...)...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -104,6 +104,8 @@ var (
 		"Clients of a listen address closed before a route was chosen, by reason: unmatched (no route takes the ClientHello, or its absence), hello_timeout, hello_malformed, hello_too_large, proxy_header, untrusted.",
 		[]string{"listen", "reason"}, nil)
 
+	mPaused       = desc("accept_paused_seconds_total", "Time the route's accept loops waited at a connection limit or the descriptor budget, clients queueing in the listen backlog meanwhile.")
+	mPausedNow    = desc("accept_paused", "1 while an accept loop of the route waits at a limit.")
 	mTargetUp     = desc("target_up", "1 if the target takes clients, 0 if a failed dial or health checks marked it down.", "target")
 	mTargetWeight = desc("target_weight", "The target's weight.", "target")
 	mTargetActive = desc("target_connections_active", "Connections relayed to the target now.", "target")
@@ -117,7 +119,7 @@ type relayCollector struct{ s *relay.Server }
 
 func (c relayCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mActive, mAccepted, mRelayed, mRejected, mBytes, mErrors, mSessions, mSessTot, mPackets, mDrops,
-		mTargetUp, mTargetWeight, mTargetActive, mTargetConns, mTargetFails, mTargetBytes, mHelloRejected} {
+		mPaused, mPausedNow, mTargetUp, mTargetWeight, mTargetActive, mTargetConns, mTargetFails, mTargetBytes, mHelloRejected} {
 		ch <- d
 	}
 	describeLibStats(ch)
@@ -163,6 +165,12 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(mDrops, r.DropsSessionLimit, n, "session_limit")
 		counter(mDrops, r.DropsWriteError, n, "write_error")
 		counter(mDrops, r.DropsTruncated, n, "truncated")
+		ch <- prometheus.MustNewConstMetric(mPaused, prometheus.CounterValue, r.Paused.Seconds(), n)
+		paused := int64(0)
+		if r.AcceptPaused {
+			paused = 1
+		}
+		gauge(mPausedNow, paused, n)
 		for _, t := range r.Targets {
 			up := int64(0)
 			if t.Up {

@@ -1,0 +1,241 @@
+package relay
+
+import (
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Accepting pauses at a limit rather than accepting and dropping: while
+// the server is at its connection limit (Config.MaxConns, or the most
+// pairs its descriptors allow, see fdBudget) or a route at its
+// Route.MaxConns, the route's accept loops wait for a slot, and new
+// clients wait in the kernel's listen backlog, to be served as slots
+// free, as HAProxy's maxconn does. Only the per-client limit, which
+// needs the client's address, accepts and closes.
+
+// gate wakes the accept loops paused at a limit when a slot frees.
+type gate struct {
+	mu      sync.Mutex
+	wake    chan struct{} // closed, and replaced, when a slot frees
+	waiting atomic.Int32  // accept loops paused
+}
+
+// slotFreed wakes the paused accept loops, if any: one atomic load when
+// none is paused.
+func (s *Server) slotFreed() {
+	if s.gate.waiting.Load() == 0 {
+		return
+	}
+	s.gate.mu.Lock()
+	close(s.gate.wake)
+	s.gate.wake = make(chan struct{})
+	s.gate.mu.Unlock()
+}
+
+// unadmit gives back a slot admit took, waking accept loops paused at a
+// limit.
+func (rt *route) unadmit() {
+	rt.srv.active.Add(-1)
+	rt.active.Add(-1)
+	rt.srv.slotFreed()
+}
+
+// waitRoom waits while accepting on f would go over a limit: the
+// server's, and the route's when f has a single route (with several,
+// the route is known only after the hello: waitAdmit waits for it). It
+// returns false when f stops first. A route replaced by a reload wakes
+// it to look again.
+func (f *front) waitRoom() bool {
+	s := f.srv
+	for {
+		var rt *route
+		if t := f.table.Load(); !t.needsHello() {
+			rt = t.only()
+		}
+		if !s.atLimit(rt) {
+			return true
+		}
+		var rdone <-chan struct{}
+		if rt != nil {
+			rdone = rt.done
+		}
+		if !s.pause(rt, f.done, rdone) {
+			return false
+		}
+	}
+}
+
+// pause waits, once the limits are still full, for a slot to free, done
+// (false) or rdone (true: look again). rt, if not nil, is the route
+// whose accepting pauses, for its log and counters.
+func (s *Server) pause(rt *route, done, rdone <-chan struct{}) bool {
+	s.gate.mu.Lock()
+	wake := s.gate.wake
+	s.gate.waiting.Add(1)
+	s.gate.mu.Unlock()
+	defer s.gate.waiting.Add(-1)
+	// A slot freed before waiting was counted woke nobody: look again.
+	if !s.atLimit(rt) {
+		return true
+	}
+	start := time.Now()
+	if rt != nil {
+		rt.pausing()
+		rt.st.pausedNow.Add(1)
+		defer func() {
+			rt.st.pausedNanos.Add(uint64(time.Since(start)))
+			rt.st.pausedNow.Add(-1)
+		}()
+	}
+	select {
+	case <-wake:
+	case <-rdone:
+	case <-done:
+		return false
+	}
+	return true
+}
+
+// atLimit reports whether a new stream would go over the server's limit
+// or, if rt is not nil, rt's.
+func (s *Server) atLimit(rt *route) bool {
+	if lim := s.limit(); lim > 0 && s.active.Load() >= lim {
+		return true
+	}
+	if rt == nil {
+		return false
+	}
+	rlim := int64(rt.cfg.Load().MaxConns)
+	return rlim > 0 && rt.active.Load() >= rlim
+}
+
+// waitAdmit takes a slot for a connection accepted when there seemed to
+// be room (another listener may have taken it meanwhile), or whose route
+// was chosen after its hello, waiting while the limits are full: the
+// client waits rather than being dropped. It returns false, holding
+// nothing, when the route stops first.
+func (rt *route) waitAdmit() bool {
+	for !rt.admit(rt.cfg.Load()) {
+		if !rt.srv.pause(rt, rt.done, nil) {
+			return false
+		}
+	}
+	return true
+}
+
+// pausing logs that the route's accepting paused at a limit: once when a
+// pause begins after 10 s without one, then a count every 30 s while
+// pauses go on, never a line per connection.
+func (rt *route) pausing() {
+	p := &rt.pauseLog
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	p.count++
+	switch {
+	case now.Sub(p.last) > 10*time.Second:
+		rt.srv.log.Warn("accepting paused at the connection limit; clients wait in the listen backlog",
+			"route", rt.name, "limit", rt.srv.limit(), "route_limit", rt.cfg.Load().MaxConns)
+		p.count, p.logged = 0, now
+	case now.Sub(p.logged) > 30*time.Second:
+		rt.srv.log.Warn("accepting still pausing at the connection limit", "route", rt.name, "pauses", p.count)
+		p.count, p.logged = 0, now
+	}
+	p.last = now
+}
+
+// pauseLog is what pausing needs to log by episode.
+type pauseLog struct {
+	mu           sync.Mutex
+	last, logged time.Time
+	count        int
+}
+
+// limit is the server's connection limit in force: Config.MaxConns or
+// the descriptor budget, whichever is smaller; 0 is none.
+func (s *Server) limit() int64 {
+	lim, b := s.maxConns.Load(), s.fdBudget
+	if b > 0 && (lim <= 0 || b < lim) {
+		return b
+	}
+	return lim
+}
+
+// backoff paces an accept loop through errors that repeat until
+// something frees (out of descriptors or memory): 5 ms doubling to 1 s,
+// as net/http's Server.Serve, and logged once when the errors begin, as
+// a count every 30 s while they go on, and once when they end. A
+// success does not reset the delay while errors keep coming: with one
+// descriptor free, every other accept succeeds.
+type backoff struct {
+	listen         string
+	delay          time.Duration
+	failing        bool
+	count          int
+	since, lastErr time.Time
+	logged         time.Time
+}
+
+// failed records an error and returns how long to wait.
+func (b *backoff) failed(log *slog.Logger, err error) time.Duration {
+	now := time.Now()
+	b.count++
+	switch {
+	case !b.failing:
+		b.failing, b.since, b.logged, b.count = true, now, now, 1
+		b.delay = 5 * time.Millisecond
+		log.Warn("accept failing; backing off", "listen", b.listen, "err", err)
+	case now.Sub(b.logged) > 30*time.Second:
+		log.Warn("accept still failing", "listen", b.listen, "errors", b.count, "err", err)
+		b.logged = now
+		fallthrough
+	default:
+		b.delay = min(2*b.delay, time.Second)
+	}
+	b.lastErr = now
+	return b.delay
+}
+
+// ok records a success: the errors ended once none came for a second.
+func (b *backoff) ok(log *slog.Logger) {
+	if b.failing && time.Since(b.lastErr) > time.Second {
+		log.Info("accept recovered", "listen", b.listen, "errors", b.count, "after", time.Since(b.since).Round(time.Millisecond))
+		*b = backoff{listen: b.listen}
+	}
+}
+
+// exhausted reports whether err is a lack of descriptors or memory: not
+// a target's fault, and gone once something closes.
+func exhausted(err error) bool {
+	return errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) ||
+		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
+}
+
+// Each relayed stream holds two sockets, and now and then a splice pipe
+// (two more descriptors, while bytes are in flight; a copy that cannot
+// get one copies through a buffer instead). The budget counts three per
+// pair and keeps fdReserve back for listeners, health checks, the
+// metrics and pprof servers, log files and reloads.
+const (
+	fdsPerPair = 3
+	fdReserve  = 32
+)
+
+// fdBudget is the most stream relays the descriptor limit allows for
+// routes, 0 if no limit is known. UDP sessions (one socket each, up to
+// Route.MaxSessions) are not in it.
+func fdBudget(routes []Route) int64 {
+	lim := descriptorLimit()
+	if lim == 0 {
+		return 0
+	}
+	reserve := int64(fdReserve)
+	for _, r := range routes {
+		reserve += int64(r.Workers)
+	}
+	return max((lim-reserve)/fdsPerPair, 1)
+}
