@@ -158,7 +158,7 @@ type pauseLog struct {
 // limit is the server's connection limit in force: Config.MaxConns or
 // the descriptor budget, whichever is smaller; 0 is none.
 func (s *Server) limit() int64 {
-	lim, b := s.maxConns.Load(), s.fdBudget
+	lim, b := s.maxConns.Load(), s.fdBudget.Load()
 	if b > 0 && (lim <= 0 || b < lim) {
 		return b
 	}

@@ -20,7 +20,7 @@ var ErrServerClosed = errors.New("relay: server closed")
 type Server struct {
 	log      *slog.Logger
 	connLog  slog.Level
-	fdBudget int64 // the most stream relays the descriptor limit allows; 0 none known
+	fdBudget atomic.Int64 // the most stream relays the descriptor limit allows; 0 none known
 	gate     gate
 	ports    atomic.Pointer[[]netip.AddrPort] // stream listeners, for dialsSelf
 	maxConns atomic.Int64
@@ -283,8 +283,8 @@ type load struct {
 // setBudget derives the descriptor budget for cfg and warns when the
 // configured limit is above it.
 func (s *Server) setBudget(cfg Config) {
-	s.fdBudget = fdBudget(cfg.Routes)
-	if b := s.fdBudget; b > 0 && (cfg.MaxConns == 0 || int64(cfg.MaxConns) > b) {
+	s.fdBudget.Store(fdBudget(cfg.Routes))
+	if b := s.fdBudget.Load(); b > 0 && (cfg.MaxConns == 0 || int64(cfg.MaxConns) > b) {
 		lvl := slog.LevelInfo
 		if cfg.MaxConns > 0 {
 			lvl = slog.LevelWarn
