@@ -285,7 +285,7 @@ type load struct {
 func (s *Server) setBudget(cfg Config) {
 	s.fdBudget.Store(fdBudget(cfg.Routes))
 	if b := s.fdBudget.Load(); b > 0 && (cfg.MaxConns == 0 || int64(cfg.MaxConns) > b) {
-		lvl := slog.LevelInfo
+		lvl := slog.LevelDebug
 		if cfg.MaxConns > 0 {
 			lvl = slog.LevelWarn
 		}
