@@ -2,10 +2,16 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -83,4 +89,85 @@ func write(t *testing.T, body string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// TestReloadUnderLoad: 20 SIGHUP reloads toggling workers 1 <-> 2 and
+// adding and removing an SNI route on the same address, while three
+// goroutines open short connections to it: none fails. A reload with a
+// route that cannot bind is refused whole.
+func TestReloadUnderLoad(t *testing.T) {
+	backend := echoServer(t, "tcp", "127.0.0.1:0").Addr().String()
+	listen := freeAddr(t)
+	busy := echoServer(t, "tcp", "127.0.0.1:0").Addr().String()
+	conf := filepath.Join(t.TempDir(), "relay.yaml")
+	write := func(i int, bad bool) {
+		var b strings.Builder
+		fmt.Fprintf(&b, "defaults: {workers: %d}\nroutes:\n  - {name: r, listen: tcp://%s, target: tcp://%s}\n", 1+i%2, listen, backend)
+		if i%3 == 0 {
+			fmt.Fprintf(&b, "  - {name: tls, listen: tcp://%s, sni: [a.example], target: tcp://%s}\n", listen, backend)
+		}
+		if bad {
+			fmt.Fprintf(&b, "  - {name: bad, listen: tcp://%s, target: tcp://%s}\n", busy, backend)
+		}
+		if err := os.WriteFile(conf, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(1, false)
+	p := startProc(t, 1, "-c", conf)
+
+	var stop atomic.Bool
+	var ok, failed atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 1)
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() {
+				c, err := net.DialTimeout("tcp", listen, 5*time.Second)
+				if err == nil {
+					c.SetDeadline(time.Now().Add(10 * time.Second))
+					buf := make([]byte, 4)
+					if _, err = c.Write([]byte("ping")); err == nil {
+						_, err = io.ReadFull(c, buf)
+					}
+					c.Close()
+				}
+				if err != nil {
+					failed.Add(1)
+					select {
+					case errs <- err:
+					default:
+					}
+					continue
+				}
+				ok.Add(1)
+			}
+		}()
+	}
+	waitOK := func() {
+		for n := ok.Load() + 50; ok.Load() < n && failed.Load() == 0; {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for i := range 20 {
+		waitOK()
+		write(i+2, false)
+		p.cmd.Process.Signal(syscall.SIGHUP)
+		p.waitLog(t, "reloaded", i+1)
+	}
+	write(0, true)
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.waitLog(t, "reload failed; keeping the running config", 1)
+	waitOK()
+	stop.Store(true)
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Fatalf("%d of %d connections failed over 20 reloads; first: %v", n, n+ok.Load(), <-errs)
+	}
+	if l := p.logs("reload failed; keeping the running config"); !strings.Contains(fmt.Sprint(l[0]["err"]), `route "bad"`) {
+		t.Errorf("refused reload: %v", l[0])
+	}
+	t.Logf("%d connections over 20 reloads, none failed", ok.Load())
 }
