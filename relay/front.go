@@ -22,7 +22,7 @@ const DefaultPeekTimeout = 5 * time.Second
 // sends new clients to the sockets that stay (steer), but a handshake that
 // began on the retiring socket completes there, one round trip (and, if a
 // SYN-ACK is lost, a retransmission, 1 s) later.
-const retireGrace = 2 * time.Second
+var retireGrace = 2 * time.Second // a variable for tests
 
 // front is a listen address with its listening sockets and the routes
 // sharing them. Its table is swapped whole by a reload; an engine reads

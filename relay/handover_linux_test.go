@@ -62,3 +62,62 @@ func TestSteer(t *testing.T) {
 		}
 	}
 }
+
+// TestRetire: sockets taken out of a front close after their grace,
+// handing over the connections they queued, and a front serves on with
+// the sockets it kept; Shutdown leaves nothing behind.
+func TestRetire(t *testing.T) { forEachEngine(t, testRetire) }
+
+func testRetire(t *testing.T) {
+	leakCheck(t)
+	defer func(g time.Duration) { retireGrace = g }(retireGrace)
+	retireGrace = 10 * time.Millisecond
+	be := startBackend(t, "tcp4", echo)
+	listen := freePort(t)
+	s := startRelay(t, Config{Routes: []Route{{Name: "r", Listen: Addr{"tcp", listen}, Target: be.addr, Workers: 3}}})
+	s.mu.Lock()
+	f := s.fronts[frontKey(&s.cfg.Routes[0])]
+	gone := f.lns[1:]
+	// Connections queued on a retiring socket (its accept loop is not
+	// fast enough to take them all) are handed over when it closes.
+	var clients []net.Conn
+	for range 20 {
+		c, err := net.Dial("tcp", listen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+	}
+	f.retire(gone)
+	f.lns = f.lns[:1]
+	s.mu.Unlock()
+	for i, c := range clients {
+		if err := roundTrip(c, 100, uint64(i)); err != nil {
+			t.Fatalf("client %d: %v", i, err)
+		}
+		c.Close()
+	}
+	// Wait for the retired sockets to close, then the one kept serves.
+	for _, ln := range gone {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				break
+			}
+			c.Close()
+		}
+	}
+	for i := range 20 {
+		c, err := net.Dial("tcp", listen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := roundTrip(c, 100, uint64(i)); err != nil {
+			t.Fatalf("after: %v", err)
+		}
+		c.Close()
+	}
+	if n := len(s.Addrs("r")); n != 1 {
+		t.Errorf("%d sockets left", n)
+	}
+}
