@@ -16,7 +16,9 @@ import (
 // its path: a socket file nobody answers on (a crashed relay's) is replaced,
 // a live socket and a file that is not a socket are left alone with
 // EADDRINUSE.
-func TestListenUnixStale(t *testing.T) {
+func TestListenUnixStale(t *testing.T) { forEachEngine(t, testListenUnixStale) }
+
+func testListenUnixStale(t *testing.T) {
 	dir := shortTempDir(t)
 
 	t.Run("stale socket", func(t *testing.T) {

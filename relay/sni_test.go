@@ -323,7 +323,9 @@ func testSNIProxyProtocol(t *testing.T) {
 
 // TestSNIExternalClients: openssl s_client and curl reach the backend
 // their name and ALPN choose.
-func TestSNIExternalClients(t *testing.T) {
+func TestSNIExternalClients(t *testing.T) { forEachEngine(t, testSNIExternalClients) }
+
+func testSNIExternalClients(t *testing.T) {
 	listen := freePort(t)
 	cfg, bs := sniRoutes(t, listen, nil)
 	startRelay(t, cfg)

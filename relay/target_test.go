@@ -143,7 +143,9 @@ func testFailoverKilledTarget(t *testing.T) {
 
 // TestActiveHealthChecks: checks mark a dead target down without any
 // client trying it, and bring it back once it answers Rise times.
-func TestActiveHealthChecks(t *testing.T) {
+func TestActiveHealthChecks(t *testing.T) { forEachEngine(t, testActiveHealthChecks) }
+
+func testActiveHealthChecks(t *testing.T) {
 	leakCheck(t)
 	a := startBackend(t, "tcp4", echo)
 	dead := deadAddr(t)
@@ -175,7 +177,9 @@ func TestActiveHealthChecks(t *testing.T) {
 // TestReloadTargets: a reload adds, removes and reweights targets; a
 // connection to a removed target goes on undisturbed, and a kept
 // target's health and counters survive.
-func TestReloadTargets(t *testing.T) {
+func TestReloadTargets(t *testing.T) { forEachEngine(t, testReloadTargets) }
+
+func testReloadTargets(t *testing.T) {
 	leakCheck(t)
 	a, b, c := startBackend(t, "tcp4", echo), startBackend(t, "tcp4", echo), startBackend(t, "tcp4", echo)
 	dead := deadAddr(t)
@@ -218,7 +222,9 @@ func TestReloadTargets(t *testing.T) {
 }
 
 // TestConnLog: one line per finished connection, with why it ended.
-func TestConnLog(t *testing.T) {
+func TestConnLog(t *testing.T) { forEachEngine(t, testConnLog) }
+
+func testConnLog(t *testing.T) {
 	a := startBackend(t, "tcp4", func(c net.Conn) { c.Write([]byte("bye")) })
 	var buf syncBuffer
 	cfg := targetsRoute(nil, a.addr)

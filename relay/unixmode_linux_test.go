@@ -13,7 +13,9 @@ import (
 // TestUnixModeBeforeBind checks what UnixMode's guarantee rests on: under
 // an empty umask, a socket given its mode before bind(2) is created with
 // that mode, never the 0777 it would otherwise get.
-func TestUnixModeBeforeBind(t *testing.T) {
+func TestUnixModeBeforeBind(t *testing.T) { forEachEngine(t, testUnixModeBeforeBind) }
+
+func testUnixModeBeforeBind(t *testing.T) {
 	old := syscall.Umask(0)
 	defer syscall.Umask(old)
 	path := filepath.Join(shortTempDir(t), "b.sock")
