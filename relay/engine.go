@@ -11,6 +11,9 @@ import (
 // header in and out, the counters); what differs is how connections wait:
 // goroutines in the netpoller, or event loops of the engine's own.
 type engine interface {
+	// adopt takes stream listeners just opened (listenStreamAt) into the
+	// form serve takes; on an error it has closed them.
+	adopt(lns []net.Listener) ([]net.Listener, error)
 	// serve accepts on ln, one of f's stream listeners, and relays every
 	// admitted connection until f stops or ln closes. For each client it
 	// reads f.table: if the table needsHello, it reads the client's
@@ -33,6 +36,10 @@ type engine interface {
 	// inFlight lists the connections in flight, for tests. The Server's
 	// mu is held.
 	inFlight() []connInfo
+	// holding reports, if the engine keeps them itself (ok), the buffers
+	// and pipes its relays hold now and the pipes they ever took, for
+	// tests.
+	holding() (bufs, pipes, pipesTaken int64, ok bool)
 }
 
 // connInfo describes a connection in flight: its sockets (-1 for none

@@ -25,6 +25,8 @@ func newGoroutineEngine(s *Server) *goroutineEngine {
 	return &goroutineEngine{s: s, conns: map[*pair]struct{}{}}
 }
 
+func (e *goroutineEngine) adopt(lns []net.Listener) ([]net.Listener, error) { return lns, nil }
+
 func (e *goroutineEngine) serve(f *front, ln net.Listener) { e.acceptLoop(f, ln) }
 
 func (e *goroutineEngine) handoff(f *front, c net.Conn) { e.serveFront(f, c, false) }
@@ -52,6 +54,10 @@ func (e *goroutineEngine) inFlight() []connInfo {
 	}
 	return cs
 }
+
+// holding is not known here: the copies' pipes and buffers are package
+// splice's (splice.ReadStats).
+func (e *goroutineEngine) holding() (bufs, pipes, pipesTaken int64, ok bool) { return 0, 0, 0, false }
 
 // fdOf returns c's descriptor, or -1.
 func fdOf(c net.Conn) int {
@@ -165,12 +171,17 @@ func (rt *route) admit(r *Route) bool {
 	return true
 }
 
-func (rt *route) release(p *pair) {
+func (rt *route) release(p *pair) { rt.releaseSlots(p.perClient, p.clientIP) }
+
+// releaseSlots gives back a connection's slots under the global and
+// route limits (waking accept loops paused there) and, if perClient,
+// ip's under the per-client limit.
+func (rt *route) releaseSlots(perClient bool, ip netip.Addr) {
 	rt.unadmit()
-	if p.perClient {
+	if perClient {
 		rt.clientMu.Lock()
-		if rt.clients[p.clientIP]--; rt.clients[p.clientIP] <= 0 {
-			delete(rt.clients, p.clientIP)
+		if rt.clients[ip]--; rt.clients[ip] <= 0 {
+			delete(rt.clients, ip)
 		}
 		rt.clientMu.Unlock()
 	}
@@ -180,18 +191,24 @@ func (rt *route) release(p *pair) {
 // and records in p whether it did: Update may change the limit while p
 // runs, and release must give back only what was taken.
 func (rt *route) admitClient(p *pair) bool {
-	ip := p.clientIP
-	if p.cfg.MaxConnsPerClient <= 0 || !ip.IsValid() {
-		return true
+	ok, took := rt.takeClient(p.cfg, p.clientIP)
+	p.perClient = took
+	return ok
+}
+
+// takeClient takes a slot for ip under r's per-client limit, if r has
+// one. It reports whether ip may connect, and whether a slot was taken.
+func (rt *route) takeClient(r *Route, ip netip.Addr) (ok, took bool) {
+	if r.MaxConnsPerClient <= 0 || !ip.IsValid() {
+		return true, false
 	}
 	rt.clientMu.Lock()
 	defer rt.clientMu.Unlock()
-	if rt.clients[ip] >= p.cfg.MaxConnsPerClient {
-		return false
+	if rt.clients[ip] >= r.MaxConnsPerClient {
+		return false, false
 	}
 	rt.clients[ip]++
-	p.perClient = true
-	return true
+	return true, true
 }
 
 // pair is one relayed stream connection: client and target.

@@ -17,6 +17,15 @@ func listenStream(r *Route) ([]net.Listener, error) {
 	return listenStreamAt(r, r.Listen.Address, r.Workers, r.Workers > 1)
 }
 
+// adopt passes listeners just opened, or the error of opening them, to
+// the Server's engine (engine.adopt).
+func (s *Server) adopt(lns []net.Listener, err error) ([]net.Listener, error) {
+	if err != nil {
+		return nil, err
+	}
+	return s.eng.adopt(lns)
+}
+
 // listenStreamAt opens n listeners for a stream route at addr (for TCP),
 // in one SO_REUSEPORT group if reuse is set.
 func listenStreamAt(r *Route, addr string, n int, reuse bool) ([]net.Listener, error) {

@@ -113,7 +113,7 @@ func (p *plan) resize(f *front, r *Route) error {
 				return err
 			}
 		}
-		more, err := listenStreamAt(r, f.lns[0].Addr().String(), r.Workers-n, true)
+		more, err := p.s.adopt(listenStreamAt(r, f.lns[0].Addr().String(), r.Workers-n, true))
 		if err != nil {
 			return err
 		}
@@ -156,7 +156,7 @@ func (p *plan) chmod(r *Route) error {
 func (p *plan) listen(r *Route, groups map[string][]Route) ([]net.Listener, error) {
 	lns, err := listenStream(r)
 	if err == nil || !errors.Is(err, syscall.EADDRINUSE) || r.Listen.Network == "unix" {
-		return lns, err
+		return p.s.adopt(lns, err)
 	}
 	shared := false
 	for k, f := range p.s.fronts {
@@ -173,7 +173,7 @@ func (p *plan) listen(r *Route, groups map[string][]Route) ([]net.Listener, erro
 	if !shared {
 		return nil, err
 	}
-	return listenStreamAt(r, r.Listen.Address, r.Workers, true)
+	return p.s.adopt(listenStreamAt(r, r.Listen.Address, r.Workers, true))
 }
 
 // prepareUDP stops the UDP routes that go away or rebind (their address

@@ -8,10 +8,11 @@
 //
 // [ReadHeader] consumes exactly the header's bytes from a stream and no
 // more, so the connection can afterwards be handed to splice(2) with nothing
-// buffered in user space. It is strict: a header that is not exactly what
-// the specification allows is refused with an error wrapping
-// [ErrInvalid], and nothing the network sends makes it panic (the fuzz
-// test drives it).
+// buffered in user space. [Parse] decodes the same from the bytes an
+// event loop has read so far, and says when it needs more. Both are
+// strict: a header that is not exactly what the specification allows is
+// refused with an error wrapping [ErrInvalid], and nothing the network
+// sends makes them panic (the fuzz test drives both).
 //
 // # Writing
 //

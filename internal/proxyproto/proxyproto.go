@@ -64,6 +64,22 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
 }
 
+// Parse decodes the header at the start of b, the bytes read from a
+// stream so far, and returns it with its length in bytes; what follows
+// the header in b is the stream's data. If b holds only the beginning of
+// a valid header, the error wraps io.ErrUnexpectedEOF: read more and
+// call again. An event loop that reads into its own buffer uses this
+// where a blocking reader uses [ReadHeader].
+func Parse(b []byte) (Header, int, error) {
+	h, n, _, err := parse(b)
+	if err == errShort {
+		err = errNeedMore
+	}
+	return h, n, err
+}
+
+var errNeedMore = fmt.Errorf("proxyproto: %w", io.ErrUnexpectedEOF)
+
 // parse decodes b; on errShort, need is the number of bytes (>len(b)) that
 // must be available before the header can be decided.
 func parse(b []byte) (h Header, n, need int, err error) {

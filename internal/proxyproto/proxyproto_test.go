@@ -151,6 +151,11 @@ func FuzzReadHeader(f *testing.F) {
 	f.Add(AppendV2(nil, Stream, netip.AddrPort{}, dst6))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, n, err := read(b)
+		// Parse, on the bytes read so far, decides the same.
+		ph, pn, perr := Parse(b)
+		if (err == nil) != (perr == nil) || err == nil && (pn != n || ph.Source != h.Source || ph.Destination != h.Destination) {
+			t.Fatalf("Parse: %+v, %d, %v; ReadHeader: %+v, %d, %v", ph, pn, perr, h, n, err)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) && !errors.Is(err, io.ErrUnexpectedEOF) && !(len(b) == 0 && errors.Is(err, io.EOF)) {
 				t.Fatalf("unexpected error kind: %v", err)

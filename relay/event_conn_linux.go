@@ -1,0 +1,654 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/zeroio/zeroio/internal/proxyproto"
+	"github.com/zeroio/zeroio/internal/tlshello"
+	"golang.org/x/sys/unix"
+)
+
+// Connection states.
+const (
+	stFree    uint8 = iota // the slot is free
+	stProxy                // reading the client's PROXY header
+	stResolve              // waiting for the target's name to resolve
+	stDialing              // connect(2) in progress
+	stRelay                // moving bytes
+	stHello                // reading the ClientHello that chooses the route
+	stSlot                 // waiting for a slot under its route's limits
+)
+
+// evConn is one relayed connection of the event engine: its two sockets,
+// a direction each way, and its timer. It lives in its loop's slab and is
+// touched only by that loop.
+type evConn struct {
+	lp  *loop
+	idx int32
+	// cseq and tseq are the registrations of the client and target
+	// sockets (see loop.register): events of an earlier connection in the
+	// slot, or of an earlier dial attempt, carry others. cseq also names
+	// the connection (connRef).
+	cseq, tseq uint32
+	state      uint8
+	perClient  bool // took a slot under MaxConnsPerClient
+	dstKnown   bool // dst came from a PROXY header
+	// Readiness of each socket as edge-triggered epoll reported it,
+	// cleared when a call would block.
+	cR, cW, tR, tW bool
+	// The peer's end (EPOLLRDHUP) or an error was reported: a short read
+	// no longer means that the socket is drained (see pump).
+	cHup, tHup bool
+
+	rt       *route // nil until a route took the client (and its slots)
+	cfg      *Route // rt's settings, or the front's until then
+	front    *front // for a client whose route its hello chooses
+	want     *route // the route whose slot it waits for (stSlot)
+	table    *routeTable
+	cfd, tfd int
+	src, dst netip.AddrPort // the client, and the address it reached
+
+	up, down dir // client to target, target to client
+	tm       timer
+	last     int64 // the loop's time when a byte last moved
+	start    int64 // the loop's time when accepted
+
+	// The dial: the route's targets, those tried, the one dialled (and,
+	// once connected, relayed to), how many more may be tried, and when
+	// the whole dial must be done (0: no bound).
+	ts         *targetSet
+	b          *backend
+	tried      triedSet
+	left       int
+	deadline   int64
+	sa         *sockaddr // the address dialled
+	upN, downN uint64    // bytes each way, for the target's counters and the log
+	endFirst   endReason // which side's EOF came first
+	endWhy     endReason // set when the end is known before finish: no target
+
+	hdr [108]byte // room for an outgoing PROXY header (v1's longest)
+}
+
+// errQuiet ends a connection whose end the caller counted already.
+var errQuiet = errors.New("relay: closed, counted")
+
+// accepted starts serving fd, a client of f (the caller took its connWG
+// count): at once under the only route of a front that needs no hello,
+// else once its ClientHello, read here in the loop, chooses the route.
+func (l *loop) accepted(f *front, fd int, peer netip.AddrPort, wait bool) {
+	t := f.table.Load()
+	if !t.needsHello() {
+		l.admit(t.only(), fd, peer, wait)
+		return
+	}
+	c := l.newConn()
+	r := t.routes[0].cfg.Load() // the front's settings
+	c.front, c.table, c.cfg, c.cfd, c.src, c.start = f, t, r, fd, peer, l.now
+	c.state = stHello
+	if e := l.register(c, fd, false); e != 0 {
+		f.acceptFailed()
+		c.finish(errQuiet)
+		return
+	}
+	if r.AcceptProxy {
+		if len(r.TrustedProxies) > 0 && (!peer.IsValid() || !contains(r.TrustedProxies, peer.Addr())) {
+			f.st.untrusted.Add(1)
+			c.finish(errQuiet)
+			return
+		}
+		c.state = stProxy
+		l.wheel.arm(c, l.now+int64(r.ProxyHeaderTimeout), l.now)
+		return
+	}
+	l.wheel.arm(c, l.now+int64(r.PeekTimeout), l.now)
+}
+
+// helloBufSize holds a PROXY header, the longest ClientHello the parser
+// takes and room for an outgoing PROXY header.
+const helloBufSize = 2*bufSize + tlshello.DefaultMaxLen
+
+// readHello reads the client's first bytes until tlshello.Parse answers,
+// then lets the front's table choose the route. The bytes stay in the up
+// direction's buffer, for the target.
+func (c *evConn) readHello() {
+	d, l := &c.up, c.lp
+	if d.buf == nil {
+		d.buf = l.getBufN(helloBufSize)
+	}
+	for {
+		if d.end > d.off {
+			if err := tlshello.Parse(d.buf[d.off:d.end], &l.hello); err != tlshello.ErrNeedMore {
+				c.chose(err)
+				return
+			}
+		}
+		if !c.cR {
+			return
+		}
+		space := d.buf[d.end : len(d.buf)-proxyReserve]
+		if len(space) == 0 {
+			c.chose(tlshello.ErrTooLarge)
+			return
+		}
+		n, e := read(c.cfd, space)
+		switch {
+		case e == unix.EAGAIN:
+			c.cR = false
+			return
+		case e == unix.EINTR:
+			continue
+		case e != 0 || n == 0:
+			why := helloClosed
+			if d.end > d.off {
+				why = helloMalformed // ended inside a hello
+			}
+			c.front.reject(why, c.netAddr(), nil)
+			c.finish(errQuiet)
+			return
+		}
+		d.end += n
+	}
+}
+
+// chose takes what Parse said of the hello to the route, and admits the
+// client there: its limits, then policy and the dial.
+func (c *evConn) chose(err error) {
+	l := c.lp
+	rt, why := c.table.choose(&l.hello, err)
+	if rt == nil {
+		c.front.reject(why, c.netAddr(), &l.hello)
+		c.finish(errQuiet)
+		return
+	}
+	rt.st.accepted.Add(1)
+	c.take(rt, true)
+}
+
+// netAddr is the client's address for the front's log lines.
+func (c *evConn) netAddr() net.Addr {
+	if c.src.IsValid() {
+		return net.TCPAddrFromAddrPort(c.src)
+	}
+	return &net.UnixAddr{Net: "unix"}
+}
+
+// admit starts relaying fd, a client of rt accepted by l (or handed
+// over), whose connWG count the caller took.
+func (l *loop) admit(rt *route, fd int, peer netip.AddrPort, wait bool) {
+	rt.st.accepted.Add(1)
+	c := l.newConn()
+	c.cfg, c.cfd, c.src, c.start = rt.cfg.Load(), fd, peer, l.now
+	c.state = stSlot
+	if e := l.register(c, fd, false); e != 0 {
+		rt.st.errAccept.Add(1)
+		c.finish(errQuiet)
+		return
+	}
+	c.take(rt, wait)
+}
+
+// slotRetry is how often a client accepted over a limit (another loop
+// took the slot between the check and the accept, or a hello chose a
+// full route) looks for a free slot.
+const slotRetry = 20 * time.Millisecond
+
+// take admits c under rt's limits or, with wait, parks it until a slot
+// frees (or rt stops), as the goroutine engine's waitAdmit does.
+func (c *evConn) take(rt *route, wait bool) {
+	if rt.admit(rt.cfg.Load()) {
+		c.admitted(rt)
+		return
+	}
+	select {
+	case <-rt.done:
+		wait = false
+	default:
+	}
+	if !wait {
+		rt.st.overLimit.Add(1)
+		c.finish(errQuiet)
+		return
+	}
+	l := c.lp
+	c.want, c.state = rt, stSlot
+	l.wheel.arm(c, l.now+int64(slotRetry), l.now)
+}
+
+// admitted starts serving c under rt, which gave it a slot: the PROXY
+// header (unless the front read it already), then policy and the dial.
+func (c *evConn) admitted(rt *route) {
+	l, r := c.lp, rt.cfg.Load()
+	c.rt, c.cfg, c.want = rt, r, nil
+	if r.Listen.Network != "unix" {
+		setSocketOptions(c.cfd, r, false)
+	}
+	if r.AcceptProxy && c.front == nil {
+		peer := c.src
+		if len(r.TrustedProxies) > 0 && (!peer.IsValid() || !contains(r.TrustedProxies, peer.Addr())) {
+			rt.st.denied.Add(1)
+			c.debug("untrusted PROXY peer")
+			c.finish(errQuiet)
+			return
+		}
+		c.state = stProxy
+		l.wheel.arm(c, l.now+int64(r.ProxyHeaderTimeout), l.now)
+		if c.cR {
+			c.readProxy()
+		}
+		return
+	}
+	l.wheel.disarm(c)
+	c.policy()
+}
+
+// policy applies the access lists and the per-client limit to the client
+// (the PROXY header's, if any), then dials.
+func (c *evConn) policy() {
+	rt, r := c.rt, c.cfg
+	if !allowed(r.Allow, r.Deny, c.src.Addr()) {
+		rt.st.denied.Add(1)
+		c.debug("client denied")
+		c.finish(errQuiet)
+		return
+	}
+	ok, took := rt.takeClient(r, c.src.Addr())
+	c.perClient = took
+	if !ok {
+		rt.st.overLimit.Add(1)
+		c.debug("client over its connection limit")
+		c.finish(errQuiet)
+		return
+	}
+	l := c.lp
+	c.ts = rt.targets()
+	c.left = c.ts.npos
+	if r.DialTimeout > 0 {
+		c.deadline = l.now + int64(r.DialTimeout)
+	}
+	c.dialNext(errNoTarget)
+}
+
+// dialNext dials the next target the route's policy picks, as dialTarget
+// does for the goroutine engine: each attempt may take the time left
+// divided by the targets left to try, and a failed one marks its target
+// down and moves on, until one connects or none is left (then lastErr
+// ends the connection).
+func (c *evConn) dialNext(lastErr error) {
+	l := c.lp
+	var b *backend
+	if c.left > 0 && (c.deadline == 0 || c.deadline > l.now) {
+		b = c.ts.pick(c.src.Addr(), &c.tried)
+	}
+	if b == nil {
+		c.noTarget(lastErr)
+		return
+	}
+	if c.deadline != 0 {
+		l.wheel.arm(c, l.now+(c.deadline-l.now)/int64(c.left), l.now)
+	} else {
+		l.wheel.disarm(c)
+	}
+	c.left--
+	c.b = b
+	c.state = stResolve
+	sa, err, pending := l.resolve(b.addr, c)
+	switch {
+	case pending:
+	case err != nil:
+		c.attemptFailed(err)
+	default:
+		c.connectTo(sa)
+	}
+}
+
+// connectTo starts a non-blocking connect to sa, the address of c.b.
+// The attempt's timer runs.
+func (c *evConn) connectTo(sa *sockaddr) {
+	fd, e := socketFor(sa)
+	if e != 0 {
+		c.attemptFailed(e)
+		return
+	}
+	c.tfd = fd
+	if sa.family != unix.AF_UNIX {
+		setSocketOptions(fd, c.cfg, true)
+	}
+	switch e = connect(fd, sa); e {
+	case 0, unix.EINPROGRESS:
+	default:
+		c.attemptFailed(e)
+		return
+	}
+	// Check for a dial to the relay itself now, not once connected: by
+	// then the loop may have accepted the connection and dialled again.
+	c.sa = sa
+	if c.selfDial() {
+		c.b.loops.Store(true)
+		c.attemptFailed(errLoop)
+		return
+	}
+	if re := c.lp.register(c, fd, true); re != 0 {
+		c.attemptFailed(re)
+		return
+	}
+	c.state = stDialing
+	if e == 0 { // a Unix socket connects at once
+		c.tW = true
+		c.connected()
+	}
+}
+
+// attemptFailed closes the socket of a failed or timed-out dial, marks
+// its target down, and tries the next.
+func (c *evConn) attemptFailed(err error) {
+	if c.tfd >= 0 {
+		closeFD(c.tfd)
+		c.tfd, c.tseq = -1, 0
+	}
+	c.tR, c.tW, c.tHup = false, false, false
+	c.b.dialFailed(err)
+	c.rt.srv.log.Debug("dial failed; trying another target", "route", c.rt.name, "target", c.b.addr.String(), "err", err)
+	c.b = nil
+	c.dialNext(err)
+}
+
+// noTarget ends a connection that no target answered.
+func (c *evConn) noTarget(err error) {
+	rt := c.rt
+	rt.st.errDial.Add(1)
+	c.endWhy = endNoTarget
+	c.finish(errQuiet)
+}
+
+// selfDial reports whether the target socket reached one of the relay's
+// own listeners (Server.dialsSelf): the common case, a port no listener
+// has, needs no system call.
+func (c *evConn) selfDial() bool {
+	remote := addrPortOf(&c.sa.raw)
+	if !remote.IsValid() {
+		return false
+	}
+	ports := c.rt.srv.ports.Load()
+	if ports == nil {
+		return false
+	}
+	hit := false
+	for _, l := range *ports {
+		if l.Port() == remote.Port() {
+			hit = true
+		}
+	}
+	if !hit {
+		return false
+	}
+	local := sockname(c.tfd, false)
+	if local.Addr() != remote.Addr() {
+		return false
+	}
+	for _, l := range *ports {
+		if l.Port() == remote.Port() && (l.Addr().IsUnspecified() || l.Addr() == remote.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
+// connected starts the relay once the target accepted: the PROXY header
+// and whatever the client sent meanwhile go out at once.
+func (c *evConn) connected() {
+	l := c.lp
+	c.b.dialOK()
+	c.b.connStart()
+	c.state = stRelay
+	c.last = l.now
+	if idle := c.cfg.IdleTimeout; idle > 0 {
+		l.wheel.arm(c, l.now+int64(idle), l.now)
+	} else {
+		l.wheel.disarm(c)
+	}
+	if c.cfg.SendProxy != 0 {
+		c.queueProxyHeader()
+	}
+	c.debug("relaying")
+	c.pumpAll()
+}
+
+// event handles an epoll event on one of c's sockets.
+func (c *evConn) event(target bool, ev uint32) {
+	in := ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
+	out := ev&(unix.EPOLLOUT|unix.EPOLLHUP|unix.EPOLLERR) != 0
+	hup := ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0
+	if target {
+		c.tR, c.tW, c.tHup = c.tR || in, c.tW || out, c.tHup || hup
+		if c.state == stDialing {
+			if ev&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+				e := soError(c.tfd)
+				if e == 0 {
+					e = unix.ECONNREFUSED
+				}
+				c.attemptFailed(e)
+				return
+			}
+			if ev&unix.EPOLLOUT != 0 {
+				c.connected()
+			}
+			return
+		}
+	} else {
+		c.cR, c.cW, c.cHup = c.cR || in, c.cW || out, c.cHup || hup
+	}
+	switch c.state {
+	case stProxy:
+		if c.cR {
+			c.readProxy()
+		}
+	case stHello:
+		c.readHello()
+	case stRelay:
+		c.pumpAll()
+	}
+}
+
+// proxyReserve keeps room in the first buffer for an outgoing PROXY
+// header before the bytes that followed the incoming one.
+const proxyReserve = len(evConn{}.hdr)
+
+// readProxy reads the client's PROXY header into the up direction's
+// buffer; bytes after it stay there for the target.
+func (c *evConn) readProxy() {
+	d := &c.up
+	if d.buf == nil {
+		if c.front != nil {
+			d.buf = c.lp.getBufN(helloBufSize)
+		} else {
+			d.buf = c.lp.getBuf()
+		}
+	}
+	for {
+		space := d.buf[d.end : min(len(d.buf), bufSize)-proxyReserve]
+		if len(space) == 0 {
+			c.proxyFailed(errHeaderTooLong)
+			return
+		}
+		n, e := read(c.cfd, space)
+		switch {
+		case e == unix.EAGAIN:
+			c.cR = false
+			return
+		case e == unix.EINTR:
+			continue
+		case e != 0:
+			c.proxyFailed(e)
+			return
+		case n == 0:
+			c.proxyFailed(io.ErrUnexpectedEOF)
+			return
+		}
+		d.end += n
+		h, hn, err := proxyproto.Parse(d.buf[:d.end])
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			continue
+		}
+		if err != nil {
+			c.proxyFailed(err)
+			return
+		}
+		d.off = hn
+		if h.Command == proxyproto.Proxy && h.Source.IsValid() {
+			c.src, c.dst, c.dstKnown = h.Source, h.Destination, true
+		}
+		if c.rt == nil { // a front's client: the hello chooses the route
+			l := c.lp
+			c.state = stHello
+			l.wheel.arm(c, l.now+int64(c.cfg.PeekTimeout), l.now)
+			c.readHello()
+			return
+		}
+		c.policy()
+		return
+	}
+}
+
+var errHeaderTooLong = errors.New("PROXY header longer than the buffer")
+
+func (c *evConn) proxyFailed(err error) {
+	if rt := c.rt; rt != nil {
+		rt.st.errProxy.Add(1)
+		rt.srv.log.Info("bad PROXY header", "route", rt.name, "client", c.src, "err", err)
+	} else {
+		c.front.st.proxyErrors.Add(1)
+		c.lp.e.s.log.Info("bad PROXY header", "listen", c.cfg.Listen.String(), "client", c.src, "err", err)
+	}
+	c.finish(errQuiet)
+}
+
+// queueProxyHeader puts the outgoing PROXY header before any bytes the
+// up direction holds.
+func (c *evConn) queueProxyHeader() {
+	if !c.dstKnown {
+		c.dst = sockname(c.cfd, false)
+	}
+	var h []byte
+	if c.cfg.SendProxy == 1 {
+		h = proxyproto.AppendV1(c.hdr[:0], c.src, c.dst)
+	} else {
+		h = proxyproto.AppendV2(c.hdr[:0], proxyproto.Stream, c.src, c.dst)
+	}
+	d := &c.up
+	if d.buf == nil {
+		d.buf = c.lp.getBuf()
+	}
+	if d.off >= len(h) {
+		d.off -= len(h)
+	} else {
+		copy(d.buf[len(h):], d.buf[d.off:d.end])
+		d.end += len(h) - d.off
+		d.off = 0
+	}
+	copy(d.buf[d.off:], h)
+}
+
+// expired runs when c's timer fires: the PROXY header, the dial or the
+// idle timeout.
+func (c *evConn) expired() {
+	l := c.lp
+	switch c.state {
+	case stProxy:
+		c.proxyFailed(errProxyTimeout)
+	case stHello:
+		c.front.reject(helloTimeout, c.netAddr(), nil)
+		c.finish(errQuiet)
+	case stSlot:
+		c.take(c.want, true)
+	case stResolve, stDialing:
+		c.attemptFailed(unix.ETIMEDOUT)
+	case stRelay:
+		idle := int64(c.cfg.IdleTimeout)
+		if since := l.now - c.last; since < idle {
+			l.wheel.arm(c, c.last+idle, l.now)
+			return
+		}
+		c.finish(errIdle)
+	}
+}
+
+var errProxyTimeout = errors.New("PROXY header not received in time")
+
+// finish closes c's sockets and gives back everything it held; why says
+// how the relay ended, for the counters.
+func (c *evConn) finish(why error) {
+	l, rt := c.lp, c.rt
+	l.wheel.disarm(c)
+	if c.cfd >= 0 {
+		closeFD(c.cfd)
+	}
+	if c.tfd >= 0 {
+		closeFD(c.tfd)
+	}
+	c.up.release(l)
+	c.down.release(l)
+	if rt == nil { // turned away before a route took it
+		*c = evConn{lp: l, idx: c.idx, cfd: -1, tfd: -1}
+		l.freeConn(c)
+		l.e.s.connWG.Done()
+		return
+	}
+	end := c.endFirst
+	switch why {
+	case nil, errQuiet:
+	case errShutdown:
+		end = endShutdown
+	case errIdle:
+		rt.st.idleTimeouts.Add(1)
+		end = endIdle
+		c.debug("idle timeout")
+	default:
+		rt.st.errCopy.Add(1)
+		end = endReset
+		if rt.srv.log.Enabled(context.Background(), slog.LevelDebug) {
+			rt.srv.log.Debug("relay ended with error", "route", rt.name, "client", c.src.Addr(), "err", why)
+		}
+	}
+	if c.endWhy != 0 {
+		end = c.endWhy
+	}
+	if c.state == stRelay {
+		rt.st.relayed.Add(1)
+		c.b.connEnd(c.upN, c.downN)
+		c.logEnd(end)
+	} else if end == endNoTarget {
+		c.b = nil
+		c.logEnd(end)
+	}
+	rt.releaseSlots(c.perClient, c.src.Addr())
+	l.freed = true
+	*c = evConn{lp: l, idx: c.idx, cfd: -1, tfd: -1}
+	l.freeConn(c)
+	rt.srv.connWG.Done()
+}
+
+// logEnd writes the connection's line (route.logEnd), if its level is
+// enabled.
+func (c *evConn) logEnd(end endReason) {
+	rt := c.rt
+	if !rt.srv.log.Enabled(context.Background(), rt.srv.connLog) {
+		return
+	}
+	start := time.Now().Add(-time.Duration(c.lp.now - c.start))
+	rt.logEnd(c.src, c.b, c.upN, c.downN, start, end)
+}
+
+// debug logs msg at debug level with c's route and client, if enabled:
+// building the attributes would allocate on every connection.
+func (c *evConn) debug(msg string) {
+	log := c.rt.srv.log
+	if log.Enabled(context.Background(), slog.LevelDebug) {
+		log.Debug(msg, "route", c.rt.name, "client", c.src)
+	}
+}

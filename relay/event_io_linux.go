@@ -1,0 +1,268 @@
+package relay
+
+import (
+	"sync/atomic"
+
+	"github.com/zeroio/zeroio/pool"
+	"golang.org/x/sys/unix"
+)
+
+// dir is one direction of an evConn. Small transfers go through a pooled
+// buffer with read(2) and write(2), held only while bytes wait in it; a
+// direction that keeps filling the buffer switches to spliceFD(2) through
+// a pipe of its loop's, held only while bytes wait in it.
+type dir struct {
+	buf      []byte // pooled; nil when empty
+	off, end int    // bytes waiting in buf
+	pipe     pipe   // if hasPipe
+	hasPipe  bool
+	inPipe   int   // bytes waiting in the pipe
+	full     uint8 // reads in a row that filled buf
+	spliced  bool  // the flow proved bulky
+	eof      bool  // the source ended
+	shut     bool  // the destination's writing side is shut down (or need not be)
+}
+
+const (
+	bufSize = 16 << 10
+	// bulkReads full reads in a row prove a flow bulky: it then moves
+	// through a pipe, without copying through user space.
+	bulkReads    = 4
+	pipeSize     = 1 << 20 // as package splice's pipes; the kernel caps it at pipe-max-size
+	maxIdlePipes = 16      // per loop
+)
+
+func (l *loop) getBuf() []byte {
+	l.bufsHeld++
+	return pool.Get(bufSize)
+}
+
+func (l *loop) getBufN(n int) []byte {
+	l.bufsHeld++
+	return pool.Get(n)
+}
+
+func (l *loop) putBuf(b []byte) {
+	l.bufsHeld--
+	pool.Put(b)
+}
+
+// finished reports whether d has passed on its source's end.
+func (d *dir) finished() bool { return d.eof && d.end == d.off && d.inPipe == 0 }
+
+// release gives back d's buffer and pipe.
+func (d *dir) release(l *loop) {
+	if d.buf != nil {
+		l.putBuf(d.buf)
+	}
+	if d.hasPipe {
+		l.putPipe(d.pipe, d.inPipe)
+	}
+	*d = dir{}
+}
+
+// pumpAll moves bytes both ways until every move would block, and ends
+// the connection when both directions have finished or one failed.
+func (c *evConn) pumpAll() {
+	st := &c.rt.st
+	if e := c.pump(&c.up, &c.down, c.cfd, c.tfd, &c.cR, &c.tW, c.cHup, &st.bytesUp, &c.upN); e != 0 {
+		c.finish(e)
+		return
+	}
+	if e := c.pump(&c.down, &c.up, c.tfd, c.cfd, &c.tR, &c.cW, c.tHup, &st.bytesDown, &c.downN); e != 0 {
+		c.finish(e)
+		return
+	}
+	if c.endFirst == 0 {
+		if c.up.eof {
+			c.endFirst = endClientClosed
+		} else if c.down.eof {
+			c.endFirst = endTargetClosed
+		}
+	}
+	if c.up.finished() && c.down.finished() {
+		c.finish(nil)
+	}
+}
+
+// pump moves d from src to dst while both are ready. At the source's end
+// it shuts down writing on dst, passing the half-close on while the other
+// direction keeps flowing, unless that direction has finished too: then
+// closing both sockets says the same. It returns the errno that ends the
+// connection, or 0.
+func (c *evConn) pump(d, other *dir, src, dst int, srcR, dstW *bool, srcHup bool, count *atomic.Uint64, mine *uint64) unix.Errno {
+	l := c.lp
+	for {
+		switch {
+		case d.inPipe > 0:
+			if !*dstW {
+				return 0
+			}
+			n, e := spliceFD(d.pipe.r, dst, d.inPipe)
+			if e != 0 {
+				if e == unix.EAGAIN {
+					*dstW = false
+					return 0
+				}
+				if e == unix.EINTR {
+					continue
+				}
+				return e
+			}
+			d.inPipe -= n
+			count.Add(uint64(n))
+			*mine += uint64(n)
+			c.last = l.now
+			if d.inPipe == 0 {
+				l.putPipe(d.pipe, 0)
+				d.hasPipe = false
+			}
+		case d.end > d.off:
+			if !*dstW {
+				return 0
+			}
+			n, e := write(dst, d.buf[d.off:d.end])
+			if e != 0 {
+				if e == unix.EAGAIN {
+					*dstW = false
+					return 0
+				}
+				if e == unix.EINTR {
+					continue
+				}
+				return e
+			}
+			d.off += n
+			count.Add(uint64(n))
+			*mine += uint64(n)
+			c.last = l.now
+			if d.off == d.end {
+				d.off, d.end = 0, 0
+				l.putBuf(d.buf)
+				d.buf = nil
+			}
+		case d.eof:
+			if !d.shut {
+				d.shut = true
+				if !other.finished() {
+					// ENOTCONN: the peer reset already; its own
+					// direction reports it.
+					if e := shutdownWrite(dst); e != 0 && e != unix.ENOTCONN {
+						return e
+					}
+				}
+			}
+			return 0
+		case !*srcR:
+			return 0
+		case d.spliced:
+			if !d.hasPipe {
+				p, e := l.getPipe()
+				if e != 0 {
+					d.spliced = false // out of descriptors: copy instead
+					continue
+				}
+				d.pipe, d.hasPipe = p, true
+			}
+			n, e := spliceFD(src, d.pipe.w, pipeSize)
+			if e != 0 {
+				if e == unix.EAGAIN {
+					*srcR = false
+					l.putPipe(d.pipe, 0)
+					d.hasPipe = false
+					return 0
+				}
+				if e == unix.EINTR {
+					continue
+				}
+				return e
+			}
+			if n == 0 {
+				d.eof = true
+				l.putPipe(d.pipe, 0)
+				d.hasPipe = false
+				continue
+			}
+			d.inPipe = n
+		default:
+			if d.buf == nil {
+				d.buf = l.getBuf()
+			}
+			n, e := read(src, d.buf)
+			if e != 0 {
+				if e == unix.EAGAIN {
+					*srcR = false
+					l.putBuf(d.buf)
+					d.buf = nil
+					return 0
+				}
+				if e == unix.EINTR {
+					continue
+				}
+				return e
+			}
+			if n == 0 {
+				d.eof = true
+				l.putBuf(d.buf)
+				d.buf = nil
+				continue
+			}
+			d.off, d.end = 0, n
+			if n < len(d.buf) {
+				// A stream socket's read returns all it holds, up to
+				// the buffer: a short read drained it, and new bytes
+				// will raise a new edge. This saves the read that
+				// would return EAGAIN. Not once the peer's FIN has
+				// been reported: it may wait behind the bytes, and no
+				// new edge would come for it.
+				if !srcHup {
+					*srcR = false
+				}
+				d.full = 0
+			} else if d.full++; d.full >= bulkReads {
+				d.spliced = true
+			}
+		}
+	}
+}
+
+// pipe is a pipe of a loop's, for splicing.
+type pipe struct{ r, w int }
+
+func (p pipe) close() {
+	closeFD(p.r)
+	closeFD(p.w)
+}
+
+// getPipe returns an idle pipe of the loop's, or a new one.
+func (l *loop) getPipe() (pipe, unix.Errno) {
+	if n := len(l.pipes); n > 0 {
+		p := l.pipes[n-1]
+		l.pipes = l.pipes[:n-1]
+		l.pipesTaken++
+		l.pipesHeld++
+		return p, 0
+	}
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+		return pipe{}, err.(unix.Errno)
+	}
+	// F_SETPIPE_SZ fails past pipe-max-size or the user's pipe quota
+	// (fcntl(2)); the pipe then keeps the size it has.
+	unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, pipeSize)
+	l.pipesTaken++
+	l.pipesHeld++
+	return pipe{fds[0], fds[1]}, 0
+}
+
+// putPipe keeps p for reuse if it is empty (n bytes in it) and the loop
+// has room, and closes it otherwise: bytes left in a pipe belong to a
+// relay that ended and must not reach the next one.
+func (l *loop) putPipe(p pipe, n int) {
+	l.pipesHeld--
+	if n != 0 || len(l.pipes) >= maxIdlePipes {
+		p.close()
+		return
+	}
+	l.pipes = append(l.pipes, p)
+}

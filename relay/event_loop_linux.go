@@ -1,0 +1,364 @@
+package relay
+
+import (
+	"os"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/zeroio/zeroio/internal/tlshello"
+	"golang.org/x/sys/unix"
+)
+
+// A loop is one event loop of the event engine: an epoll instance, the
+// listeners it watches, the connections it accepted (a slab of evConns,
+// each found from an epoll event by its slot and generation), a timer
+// wheel, and an inbox through which other goroutines hand it work.
+//
+// Everything but the inbox belongs to the loop's goroutine alone.
+// Descriptors are registered edge-triggered for reading and writing once,
+// and never modified or deleted: close(2) removes them from the epoll set
+// (epoll(7): a descriptor is removed from all epoll sets when its last
+// reference closes, and the loops never duplicate sockets).
+type loop struct {
+	e      *eventEngine
+	id     int
+	epfd   int
+	evfd   int // eventfd(2) that wakes the loop for its inbox
+	events [128]unix.EpollEvent
+	now    int64 // monotonic nanoseconds at the last wake-up
+	wheel  wheel
+	stop   bool
+	freed  bool   // a relay of this loop gave back a slot: look at paused listeners
+	seq    uint32 // the last registration's sequence number
+
+	lns   []*loopListener
+	conns []*evConn // the slab; free slots have state stFree
+	free  []int32
+
+	pipes []pipe // idle pipes for splicing
+	// What the loop's relays hold now, and pipes taken ever, for tests.
+	bufsHeld, pipesHeld, pipesTaken int64
+	targets                         map[Addr]*targetAddr // see resolve
+	hello                           tlshello.Info        // scratch for the ClientHello parser
+
+	mu    sync.Mutex
+	inbox []func()
+	spare []func() // the inbox's other buffer, swapped in to drain
+	woken bool     // an eventfd write is pending
+}
+
+// loopListener is a listener as one loop watches it.
+type loopListener struct {
+	l       *evListener
+	f       *front
+	fd      int
+	retryAt int64   // after an accept error or a pause: when to try again
+	bo      backoff // paces accept errors, and logs them by episode
+	more    bool    // accept stopped at its batch bound
+	paused  *route  // accepting paused at a limit (the route, or the front's)
+	pauseAt int64
+}
+
+// Epoll data: Fd holds a connection's slot times two plus its side (0
+// client, 1 target) and Pad the sequence number of the registration
+// (never 0), which the connection keeps for that side; with Pad 0, Fd is
+// a listener's index, or -1 for the eventfd.
+const evWake = -1
+
+var base = time.Now()
+
+func mono() int64 { return int64(time.Since(base)) }
+
+func newLoop(e *eventEngine, id int) (*loop, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	evfd, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		unix.Close(epfd)
+		return nil, os.NewSyscallError("eventfd", err)
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET, Fd: evWake}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, evfd, &ev); err != nil {
+		unix.Close(epfd)
+		unix.Close(evfd)
+		return nil, os.NewSyscallError("epoll_ctl", err)
+	}
+	l := &loop{e: e, id: id, epfd: epfd, evfd: evfd, now: mono()}
+	l.wheel.init(l.now)
+	return l, nil
+}
+
+// post queues f to run on the loop.
+func (l *loop) post(f func()) {
+	l.mu.Lock()
+	l.inbox = append(l.inbox, f)
+	wake := !l.woken
+	l.woken = true
+	l.mu.Unlock()
+	if wake {
+		one := uint64(1)
+		unix.Write(l.evfd, (*[8]byte)(unsafe.Pointer(&one))[:])
+	}
+}
+
+// call runs f on the loop and waits for it. Never from a loop.
+func (l *loop) call(f func()) {
+	done := make(chan struct{})
+	l.post(func() { f(); close(done) })
+	<-done
+}
+
+func (l *loop) drainInbox() {
+	var b [8]byte
+	unix.Read(l.evfd, b[:])
+	l.mu.Lock()
+	fs := l.inbox
+	l.inbox, l.spare = l.spare[:0], nil
+	l.woken = false
+	l.mu.Unlock()
+	for i, f := range fs {
+		f()
+		fs[i] = nil
+	}
+	l.mu.Lock()
+	if l.spare == nil {
+		l.spare = fs[:0]
+	}
+	l.mu.Unlock()
+}
+
+// run is the loop's goroutine.
+func (l *loop) run() {
+	defer l.e.wg.Done()
+	for !l.stop {
+		timeout := l.wheel.timeout(l.now)
+		for _, ll := range l.lns {
+			if ll == nil {
+				continue
+			}
+			if ll.more {
+				timeout = 0
+			} else if ll.retryAt != 0 {
+				ms := int((ll.retryAt - l.now + 999_999) / 1_000_000)
+				if timeout < 0 || ms < timeout {
+					timeout = max(ms, 0)
+				}
+			}
+		}
+		n, err := unix.EpollWait(l.epfd, l.events[:], timeout)
+		if err != nil {
+			n = 0 // EINTR
+		}
+		l.now = mono()
+		wake := false
+		for i := 0; i < n; i++ {
+			ev := &l.events[i]
+			switch {
+			case ev.Pad != 0:
+				l.connEvent(ev)
+			case ev.Fd == evWake:
+				wake = true
+			default:
+				if int(ev.Fd) < len(l.lns) {
+					if ll := l.lns[ev.Fd]; ll != nil {
+						l.acceptAll(ll)
+					}
+				}
+			}
+		}
+		freed := l.freed
+		l.freed = false
+		for _, ll := range l.lns {
+			if ll != nil && (ll.more || (ll.retryAt != 0 && (l.now >= ll.retryAt || freed && ll.paused != nil))) {
+				ll.retryAt = 0
+				l.acceptAll(ll)
+			}
+		}
+		l.wheel.advance(l.now, l.expire)
+		if wake {
+			l.drainInbox()
+		}
+	}
+	l.abortAll(errShutdown)
+	for _, p := range l.pipes {
+		p.close()
+	}
+	unix.Close(l.epfd)
+	unix.Close(l.evfd)
+}
+
+// addListener starts watching l for f. EPOLLEXCLUSIVE (Linux 4.5) wakes
+// one of the loops waiting, not all of them, for a new connection.
+func (l *loop) addListener(el *evListener, f *front) {
+	el.mu.Lock()
+	defer el.mu.Unlock()
+	if el.closing {
+		return
+	}
+	i := len(l.lns)
+	for j, ll := range l.lns {
+		if ll == nil {
+			i = j
+			break
+		}
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET | unix.EPOLLEXCLUSIVE, Fd: int32(i)}
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, el.fd, &ev); err != nil {
+		l.e.s.log.Error("event loop cannot watch a listener", "listen", el.addr.String(), "err", err)
+		return
+	}
+	ll := &loopListener{l: el, f: f, fd: el.fd, more: true, bo: backoff{listen: el.addr.String()}} // connections may wait already
+	if i == len(l.lns) {
+		l.lns = append(l.lns, ll)
+	} else {
+		l.lns[i] = ll
+	}
+}
+
+func (l *loop) removeListener(el *evListener) {
+	for i, ll := range l.lns {
+		if ll != nil && ll.l == el {
+			l.resume(ll)
+			unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, ll.fd, nil)
+			l.lns[i] = nil
+		}
+	}
+}
+
+// acceptBatch bounds the connections accepted per wake-up of a listener,
+// so that one busy listener does not starve the relays of the loop.
+const acceptBatch = 64
+
+// pauseRetry is how often a loop paused at a limit looks again, besides
+// when one of its own relays frees a slot (a slot another loop frees is
+// seen here at the latest then).
+const pauseRetry = 20 * int64(time.Millisecond)
+
+// acceptAll accepts on ll until EAGAIN or the batch bound. At a limit
+// (the server's, or the route's when the front has one) it stops, and
+// clients wait in the listen backlog until a slot frees, as the
+// goroutine engine's waitRoom does.
+func (l *loop) acceptAll(ll *loopListener) {
+	ll.more = false
+	s := l.e.s
+	var raw unix.RawSockaddrAny
+	for range acceptBatch {
+		var rt *route
+		if t := ll.f.table.Load(); !t.needsHello() {
+			rt = t.only()
+		}
+		if s.atLimit(rt) {
+			if ll.paused == nil && rt != nil {
+				rt.pausing()
+				rt.st.pausedNow.Add(1)
+				ll.paused, ll.pauseAt = rt, l.now
+			}
+			ll.retryAt = l.now + pauseRetry
+			return
+		}
+		l.resume(ll)
+		fd, e := accept4(ll.fd, &raw)
+		switch e {
+		case 0:
+		case unix.EAGAIN:
+			return
+		case unix.EINTR, unix.ECONNABORTED:
+			continue
+		default:
+			// Out of descriptors (EMFILE, ENFILE) or memory: every
+			// retry fails the same way until a connection closes, so
+			// back off; the connection waits in the queue meanwhile.
+			ll.f.acceptFailed()
+			ll.retryAt = l.now + int64(ll.bo.failed(s.log, e))
+			return
+		}
+		ll.bo.ok(s.log)
+		s.connWG.Add(1)
+		l.accepted(ll.f, fd, addrPortOf(&raw), true)
+	}
+	ll.more = true
+}
+
+// resume ends ll's pause, if any, counting its time.
+func (l *loop) resume(ll *loopListener) {
+	if rt := ll.paused; rt != nil {
+		rt.st.pausedNanos.Add(uint64(l.now - ll.pauseAt))
+		rt.st.pausedNow.Add(-1)
+		ll.paused = nil
+	}
+}
+
+// abortAll ends every connection of the loop.
+func (l *loop) abortAll(why error) {
+	for _, c := range l.conns {
+		if c.state != stFree {
+			c.finish(why)
+		}
+	}
+}
+
+// newConn takes a free slot of the slab.
+func (l *loop) newConn() *evConn {
+	if n := len(l.free); n > 0 {
+		c := l.conns[l.free[n-1]]
+		l.free = l.free[:n-1]
+		return c
+	}
+	c := &evConn{lp: l, idx: int32(len(l.conns)), cfd: -1, tfd: -1}
+	l.conns = append(l.conns, c)
+	return c
+}
+
+// freeConn gives c's slot back. Its sequence numbers are cleared, so
+// events still queued for it are ignored.
+func (l *loop) freeConn(c *evConn) {
+	c.cseq, c.tseq = 0, 0
+	c.state = stFree
+	l.free = append(l.free, c.idx)
+}
+
+func (l *loop) connEvent(ev *unix.EpollEvent) {
+	i := int(ev.Fd >> 1)
+	if i >= len(l.conns) {
+		return
+	}
+	c := l.conns[i]
+	target := ev.Fd&1 == 1
+	seq := c.cseq
+	if target {
+		seq = c.tseq
+	}
+	if seq != uint32(ev.Pad) || c.state == stFree {
+		return
+	}
+	c.event(target, ev.Events)
+}
+
+// register adds fd, side of c, to the epoll set.
+func (l *loop) register(c *evConn, fd int, target bool) unix.Errno {
+	if l.seq++; l.seq == 0 {
+		l.seq = 1
+	}
+	side := int32(0)
+	if target {
+		side = 1
+		c.tseq = l.seq
+	} else {
+		c.cseq = l.seq
+	}
+	ev := unix.EpollEvent{
+		Events: unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET,
+		Fd:     c.idx<<1 | side,
+		Pad:    int32(l.seq),
+	}
+	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		return err.(unix.Errno)
+	}
+	return 0
+}
+
+// expire runs when c's timer fires.
+func (l *loop) expire(c *evConn) { c.expired() }

@@ -1,0 +1,151 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+)
+
+// A loop resolves targets once and keeps the sockaddr: IP literals and
+// Unix paths for good, names for resolvedTTL (package net's dialer, which
+// the goroutine engine uses, asks the resolver on every dial; the system
+// resolver's own caching, if any, is below both). A name is looked up on
+// a goroutine, so the loop never waits for DNS; the connections that
+// need it wait in state stResolve, under their dial timer.
+const resolvedTTL = 5 * time.Second
+
+type targetAddr struct {
+	sa      sockaddr
+	err     error
+	expires int64 // 0: never
+	pending bool
+	waiters []connRef
+}
+
+// connRef names a connection across its slot's reuse.
+type connRef struct {
+	idx int32
+	seq uint32 // the connection's cseq
+}
+
+// resolve returns the sockaddr of a, or reports that a lookup is under
+// way, after which c is resumed (connectTo or dialFailed).
+func (l *loop) resolve(a Addr, c *evConn) (sa *sockaddr, err error, pending bool) {
+	if l.targets == nil {
+		l.targets = map[Addr]*targetAddr{}
+	}
+	r := l.targets[a]
+	if r != nil && r.pending {
+		r.waiters = append(r.waiters, connRef{c.idx, c.cseq})
+		return nil, nil, true
+	}
+	if r != nil && (r.expires == 0 || l.now < r.expires) {
+		return &r.sa, r.err, false
+	}
+	if r == nil {
+		r = &targetAddr{}
+		l.targets[a] = r
+	}
+	if sa, ok := literalSockaddr(a); ok {
+		*r = targetAddr{sa: sa}
+		return &r.sa, nil, false
+	}
+	r.pending, r.err = true, nil
+	r.waiters = append(r.waiters[:0], connRef{c.idx, c.cseq})
+	timeout := c.cfg.DialTimeout
+	go func() {
+		sa, err := lookup(a, timeout)
+		l.post(func() { l.resolved(a, sa, err) })
+	}()
+	return nil, nil, true
+}
+
+// resolved stores a lookup's answer and resumes the connections that
+// waited for it.
+func (l *loop) resolved(a Addr, sa sockaddr, err error) {
+	r := l.targets[a]
+	if r == nil {
+		return
+	}
+	r.sa, r.err, r.pending = sa, err, false
+	r.expires = l.now + int64(resolvedTTL)
+	ws := r.waiters
+	r.waiters = nil
+	for _, w := range ws {
+		if int(w.idx) >= len(l.conns) {
+			continue
+		}
+		c := l.conns[w.idx]
+		if c.cseq != w.seq || c.state != stResolve {
+			continue
+		}
+		if err != nil {
+			c.attemptFailed(err)
+		} else {
+			c.connectTo(&r.sa)
+		}
+	}
+}
+
+// literalSockaddr builds the sockaddr of a Unix path or an IP literal.
+func literalSockaddr(a Addr) (sockaddr, bool) {
+	if a.Network == "unix" {
+		return sockaddrUnix(a.Address)
+	}
+	ap, err := netip.ParseAddrPort(a.Address)
+	if err != nil || ap.Addr().Zone() != "" {
+		return sockaddr{}, false
+	}
+	return sockaddrOf(ap), true
+}
+
+// lookup resolves a host:port target, preferring IPv4 for "tcp" (as the
+// goroutine engine's dialer tries IPv4 addresses first on the usual
+// systems).
+func lookup(a Addr, timeout time.Duration) (sockaddr, error) {
+	if a.Network == "unix" {
+		return sockaddr{}, fmt.Errorf("unix socket path %q too long", a.Address)
+	}
+	host, ps, err := net.SplitHostPort(a.Address)
+	if err != nil {
+		return sockaddr{}, err
+	}
+	port, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil {
+		p, perr := net.LookupPort("tcp", ps)
+		if perr != nil {
+			return sockaddr{}, perr
+		}
+		port = uint64(p)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	nw := "ip"
+	switch a.Network {
+	case "tcp4":
+		nw = "ip4"
+	case "tcp6":
+		nw = "ip6"
+	}
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, nw, host)
+	if err != nil {
+		return sockaddr{}, err
+	}
+	best := netip.Addr{}
+	for _, ip := range ips {
+		ip = ip.Unmap()
+		if ip.Zone() != "" {
+			continue
+		}
+		if !best.IsValid() || (ip.Is4() && !best.Is4()) {
+			best = ip
+		}
+	}
+	if !best.IsValid() {
+		return sockaddr{}, fmt.Errorf("no usable address for %s", host)
+	}
+	return sockaddrOf(netip.AddrPortFrom(best, uint16(port))), nil
+}
