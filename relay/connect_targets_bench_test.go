@@ -1,0 +1,31 @@
+package relay_test
+
+import (
+	"testing"
+
+	"github.com/zeroio/zeroio/relay"
+)
+
+// benchMoreTargets adds the several-target cases to BenchmarkRelayConnect:
+// each policy over three targets.
+func benchMoreTargets(b *testing.B) {
+	for _, policy := range []relay.Balance{relay.RoundRobin, relay.LeastConn, relay.ClientHash} {
+		b.Run("targets=3/balance="+string(policy), func(b *testing.B) {
+			var ts []relay.Target
+			for _, a := range echoTargets(b, 3) {
+				ts = append(ts, relay.Target{Addr: a, Weight: 1})
+			}
+			r := relay.Route{Targets: ts, Balance: policy}
+			noIdleTimeout(&r)
+			connectBench(b, r)
+		})
+	}
+	b.Run("targets=1/idle=default", func(b *testing.B) {
+		connectBench(b, relay.Route{Target: echoTargets(b, 1)[0]})
+	})
+}
+
+// noIdleTimeout turns r's idle timeout off, so that the cases compare
+// what choosing a target costs, not the idle timer (one timer per
+// connection, on by default).
+func noIdleTimeout(r *relay.Route) { r.IdleTimeout = relay.Never }
