@@ -334,15 +334,11 @@ func (p *plan) commit(cfg Config) []handoff {
 // accepts, the ends of relays and Stats on every route meanwhile. A route
 // whose target is unchanged keeps the address it resolved before.
 func (s *Server) resolveUDPTargets(cfg Config) map[string]*resolved {
-	type known struct {
-		target Addr
-		tg     *udpTarget
-	}
-	cur := map[string]known{}
+	cur := map[string]udpAddrs{}
 	s.mu.Lock()
 	for name, rt := range s.routes {
 		if rt.udp != nil {
-			cur[name] = known{rt.cfg.Load().Targets[0].Addr, rt.udp.target.Load()}
+			cur[name] = *rt.udp.to.Load()
 		}
 	}
 	s.mu.Unlock()
@@ -352,12 +348,8 @@ func (s *Server) resolveUDPTargets(cfg Config) map[string]*resolved {
 		if !r.Listen.Datagram() {
 			continue
 		}
-		if k, ok := cur[r.Name]; ok && k.target == r.Targets[0].Addr {
-			out[r.Name] = &resolved{tg: k.tg}
-			continue
-		}
-		tg, err := resolveTarget(r)
-		out[r.Name] = &resolved{tg, err}
+		to, err := resolveTargets(r, cur[r.Name])
+		out[r.Name] = &resolved{to, err}
 	}
 	return out
 }
@@ -375,7 +367,7 @@ func (s *Server) restore(old *route) {
 		_, port, _ := net.SplitHostPort(as[0].String())
 		r.Listen.Address = net.JoinHostPort(host, port)
 	}
-	if err := back.openUDP(&r, &resolved{tg: old.udp.target.Load()}); err != nil {
+	if err := back.openUDP(&r, &resolved{to: *old.udp.to.Load()}); err != nil {
 		s.log.Error("route stopped by a failed reload, and listening again as before failed; route removed", "route", old.name, "err", err)
 		delete(s.routes, old.name)
 		return

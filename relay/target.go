@@ -99,6 +99,7 @@ type backend struct {
 	failStreak             atomic.Int32 // dial failures in a row, for the backoff
 	checked                atomic.Bool  // active checks decide when it comes back
 	loops                  atomic.Bool  // a dial reached the relay itself: never a last resort
+	resolving              atomic.Bool  // a UDP target's host name is being looked up again
 	rise, fall             atomic.Int32 // the checker's counts in a row
 	stateMu                sync.Mutex   // orders up/down transitions and their log lines
 	lastLoggedDown, logged bool

@@ -3,8 +3,11 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -47,13 +50,12 @@ var lookupNetIP = net.DefaultResolver.LookupNetIP
 // SO_REUSEPORT group, each with its own reader; the kernel hashes each
 // client to one of them, and the sessions are shared.
 type udpRoute struct {
-	rt     *route
-	lns    []*udp.Conn
-	target atomic.Pointer[udpTarget] // where new sessions go; Update may change it
+	rt  *route
+	lns []*udp.Conn
+	to  atomic.Pointer[udpAddrs] // the targets' addresses; Update may change them
 
-	readers   sync.WaitGroup // the run goroutines
-	stopping  atomic.Bool    // close has begun: readers relay what is queued and exit
-	resolving atomic.Bool    // a lookup of the target's host name is under way
+	readers  sync.WaitGroup // the run goroutines
+	stopping atomic.Bool    // close has begun: readers relay what is queued and exit
 
 	mu       sync.Mutex
 	sessions map[sessionKey]*session
@@ -69,24 +71,44 @@ type udpTarget struct {
 	at      int64 // unix nanoseconds of the lookup
 }
 
-// resolved is a target looked up ahead of its use, or the error that gave.
+// udpAddrs are a UDP route's targets resolved, by configured address.
+type udpAddrs map[Addr]*udpTarget
+
+// resolved is a route's targets looked up ahead of their use, or the
+// error that gave.
 type resolved struct {
-	tg  *udpTarget
+	to  udpAddrs
 	err error
 }
 
-// get returns the target of r: res's if res is not nil, else resolved now.
-func (res *resolved) get(r *Route) (*udpTarget, error) {
+// get returns the targets of r: res's if res is not nil, else resolved
+// now.
+func (res *resolved) get(r *Route) (udpAddrs, error) {
 	if res == nil {
-		return resolveTarget(r)
+		return resolveTargets(r, nil)
 	}
-	return res.tg, res.err
+	return res.to, res.err
 }
 
-func resolveTarget(r *Route) (*udpTarget, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
-	defer cancel()
-	return lookupTarget(ctx, r.Targets[0].Addr)
+// resolveTargets looks up each target of r, taking those known has as
+// they are. A target that does not resolve fails the whole route, as a
+// bad address would.
+func resolveTargets(r *Route, known udpAddrs) (udpAddrs, error) {
+	out := udpAddrs{}
+	for _, t := range r.Targets {
+		if tg := known[t.Addr]; tg != nil {
+			out[t.Addr] = tg
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+		tg, err := lookupTarget(ctx, t.Addr)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("target %s: %w", t.Addr, err)
+		}
+		out[t.Addr] = tg
+	}
+	return out, nil
 }
 
 // lookupTarget resolves a UDP target as net.ResolveUDPAddr does (an IPv4
@@ -128,24 +150,25 @@ func lookupTarget(ctx context.Context, t Addr) (*udpTarget, error) {
 	return tg, nil
 }
 
-// targetFor returns where a session opening at now goes. A target given by
-// host name is looked up again in the background once resolveEvery has
-// passed since the last lookup; sessions go to the last address meanwhile.
-func (u *udpRoute) targetFor(now int64) *udpTarget {
-	tg := u.target.Load()
-	if tg.byName && now-tg.at >= int64(resolveEvery) && u.resolving.CompareAndSwap(false, true) {
+// targetFor returns the address of b, the target a session opening at now
+// goes to (nil if a reload just dropped it). A target given by host name
+// is looked up again in the background once resolveEvery has passed
+// since the last lookup; sessions go to the last address meanwhile.
+func (u *udpRoute) targetFor(b *backend, now int64) *udpTarget {
+	tg := (*u.to.Load())[b.addr]
+	if tg != nil && tg.byName && now-tg.at >= int64(resolveEvery) && b.resolving.CompareAndSwap(false, true) {
 		u.rt.srv.serveWG.Add(1)
-		go u.refresh(tg)
+		go u.refresh(b, tg)
 	}
 	return tg
 }
 
-// refresh looks old's host name up again and makes the answer the route's
-// target, unless a reload changed the target meanwhile. On an error the
-// route keeps the address it had, and tries again after resolveEvery.
-func (u *udpRoute) refresh(old *udpTarget) {
+// refresh looks old's host name up again and makes the answer b's
+// address, unless a reload changed it meanwhile. On an error the route
+// keeps the address it had, and tries again after resolveEvery.
+func (u *udpRoute) refresh(b *backend, old *udpTarget) {
 	defer u.rt.srv.serveWG.Done()
-	defer u.resolving.Store(false)
+	defer b.resolving.Store(false)
 	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
 	defer cancel()
 	tg, err := lookupTarget(ctx, old.from)
@@ -157,20 +180,31 @@ func (u *udpRoute) refresh(old *udpTarget) {
 	} else if tg.addr != old.addr {
 		u.rt.srv.log.Info("UDP target moved", "route", u.rt.name, "target", old.from.String(), "from", old.addr, "to", tg.addr)
 	}
-	u.target.CompareAndSwap(old, tg)
+	for {
+		cur := u.to.Load()
+		if (*cur)[old.from] != old {
+			return // a reload changed it
+		}
+		next := make(udpAddrs, len(*cur))
+		maps.Copy(next, *cur)
+		next[old.from] = tg
+		if u.to.CompareAndSwap(cur, &next) {
+			return
+		}
+	}
 }
 
 // update applies a reload's r to the route's sockets: new sessions go to
-// r's target (a session under way keeps its own, so that its client's
+// r's targets (a session under way keeps its own, so that its client's
 // flow goes on), and the listening sockets take r's buffer size. On an
 // error nothing has changed.
 func (u *udpRoute) update(cur, r *Route, res *resolved) error {
-	if r.Targets[0].Addr != cur.Targets[0].Addr {
-		tg, err := res.get(r)
+	if !slices.Equal(cur.Targets, r.Targets) {
+		to, err := res.get(r)
 		if err != nil {
 			return err
 		}
-		u.target.Store(tg)
+		u.to.Store(&to)
 	}
 	if r.UDPBuffer != cur.UDPBuffer {
 		for _, ln := range u.lns {
@@ -204,6 +238,7 @@ type session struct {
 	client netip.AddrPort
 	local  netip.Addr // the address the client sent to: replies leave from it
 	ifidx  int
+	b      *backend // the session's target
 	up     *udp.Conn
 	rc     syscall.RawConn
 	reply  replyState   // the Linux read callback's state; session goroutine only
@@ -212,7 +247,7 @@ type session struct {
 }
 
 func listenUDP(rt *route, r *Route, res *resolved) (*udpRoute, error) {
-	tg, err := res.get(r)
+	to, err := res.get(r)
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +260,7 @@ func listenUDP(rt *route, r *Route, res *resolved) (*udpRoute, error) {
 		return nil, err
 	}
 	u := &udpRoute{rt: rt, sessions: map[sessionKey]*session{}}
-	u.target.Store(tg)
+	u.to.Store(&to)
 	addr := la.String()
 	for range r.Workers {
 		pc, err := lc.ListenPacket(context.Background(), r.Listen.Network, addr)
@@ -393,8 +428,11 @@ func (u *udpRoute) forward(r *Route, s *session, msgs []udp.Message) {
 	if err != nil {
 		// ECONNREFUSED: an earlier datagram drew ICMP port unreachable
 		// from the target (udp(7)); the rest of the batch is lost, and
-		// counted.
+		// counted, and the client's next datagrams go to another target.
 		st.udpDropWrite.Add(uint64(len(msgs) - sent))
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			s.failover(err)
+		}
 	}
 }
 
@@ -418,7 +456,19 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 		st.denied.Add(n)
 		return nil
 	}
-	up, rc, err := openUpstream(u.targetFor(now), r.UDPBuffer)
+	// The session's target, for as long as it lives: a client's flow
+	// stays on one target.
+	var tried triedSet
+	b := u.rt.targets().pick(m.Addr.Addr(), &tried)
+	var tg *udpTarget
+	if b != nil {
+		tg = u.targetFor(b, now)
+	}
+	if tg == nil {
+		st.udpDropWrite.Add(n)
+		return nil
+	}
+	up, rc, err := openUpstream(tg, r.UDPBuffer)
 	if err != nil {
 		st.udpDropWrite.Add(n)
 		st.errDial.Add(1)
@@ -430,7 +480,7 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 	u.mu.Lock()
 	other, drop := u.lookup(key, r, now)
 	if other == nil && drop == nil {
-		s = &session{u: u, ln: ln, client: m.Addr, local: m.Local, ifidx: m.IfIndex, up: up, rc: rc}
+		s = &session{u: u, b: b, ln: ln, client: m.Addr, local: m.Local, ifidx: m.IfIndex, up: up, rc: rc}
 		s.last.Store(now)
 		u.sessions[key] = s
 	}
@@ -544,8 +594,14 @@ func (s *session) run(timeout time.Duration) {
 			s.up.SetReadDeadline(deadline)
 		case icmpError(err):
 			// The target's host or port answered ICMP unreachable (a
-			// later read reports it once): the session stays, the
-			// target may come back.
+			// later read reports it once). ECONNREFUSED, nobody on the
+			// port: the target is marked down and, if the route has
+			// another, the session ends so that the client's next
+			// datagrams open one on another target. Otherwise the
+			// session stays: the target may come back.
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				s.failover(err)
+			}
 		default:
 			// Anything else would fail again at once: end the session
 			// rather than spin on it.
@@ -579,6 +635,7 @@ func (b *batch) release() {
 // client used. It reports false when the route's socket is closed.
 func (s *session) sendReplies(b *batch, n int) bool {
 	s.touch(time.Now().UnixNano())
+	s.b.dialOK() // the target answers: up, if a refusal had marked it down
 	st := &s.u.rt.st
 	out := b.out[:0]
 	for _, m := range b.in[:n] {
@@ -612,4 +669,22 @@ func (s *session) touch(t int64) {
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// failover marks the session's target down after it refused a datagram
+// (ECONNREFUSED) and, if the route has another target, ends the session:
+// it leaves the route's sessions before its socket closes, so that the
+// client's next datagram opens a new session, on a target that is up.
+func (s *session) failover(err error) {
+	s.b.dialFailed(err)
+	u := s.u
+	if u.rt.targets().npos < 2 {
+		return
+	}
+	u.mu.Lock()
+	if k := (sessionKey{s.client, s.local}); u.sessions[k] == s {
+		delete(u.sessions, k)
+	}
+	u.mu.Unlock()
+	s.up.Close()
 }

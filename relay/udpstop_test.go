@@ -161,7 +161,7 @@ func TestUDPTargetFollowsDNS(t *testing.T) {
 	s.mu.Unlock()
 	// A new session starts the lookup; the one after it finds the answer.
 	askUDP(dial())
-	waitFor(t, func() bool { return u.target.Load().addr.Addr() == answer })
+	waitFor(t, func() bool { return (*u.to.Load())[cfg.Routes[0].Target].addr.Addr() == answer })
 	if got := askUDP(dial()); got != "B" {
 		t.Errorf("new session after the DNS change answered by %q, want B", got)
 	}

@@ -1,0 +1,69 @@
+package relay
+
+import (
+	"net"
+	"testing"
+)
+
+// TestUDPTargetsPinned: each UDP session stays on the target it was given
+// (a client's flow is never split), and sessions spread over the targets.
+func TestUDPTargetsPinned(t *testing.T) {
+	leakCheck(t)
+	a, b := udpTagServer(t, "A"), udpTagServer(t, "B")
+	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"},
+		Targets: []Target{{Addr{"udp", a.LocalAddr().String()}, 1}, {Addr{"udp", b.LocalAddr().String()}, 1}}}}})
+	ra := s.Addrs("u")[0].(*net.UDPAddr)
+	seen := map[string]int{}
+	for range 4 {
+		c, err := net.DialUDP("udp4", nil, ra)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		first := askUDP(c)
+		if first == "" {
+			t.Fatal("no answer")
+		}
+		for range 5 {
+			if got := askUDP(c); got != first {
+				t.Fatalf("session moved from %s to %s", first, got)
+			}
+		}
+		seen[first]++
+	}
+	if seen["A"] != 2 || seen["B"] != 2 {
+		t.Fatalf("sessions per target %v, want 2 each", seen)
+	}
+}
+
+// TestUDPTargetRefusedFailover: a target that refuses (ICMP port
+// unreachable, ECONNREFUSED on the session's socket) is marked down and
+// the session's next datagrams go to another target.
+func TestUDPTargetRefusedFailover(t *testing.T) {
+	leakCheck(t)
+	b := udpTagServer(t, "B")
+	dead, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.LocalAddr().String()
+	dead.Close()
+	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"},
+		Targets: []Target{{Addr{"udp", deadAddr}, 1}, {Addr{"udp", b.LocalAddr().String()}, 1}}}}})
+	ra := s.Addrs("u")[0].(*net.UDPAddr)
+	for i := range 4 {
+		c, err := net.DialUDP("udp4", nil, ra)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		// askUDP sends again when no answer comes: the datagram the
+		// dead target refused is lost, the next goes to B.
+		if got := askUDP(c); got != "B" {
+			t.Fatalf("client %d answered by %q, want B", i, got)
+		}
+	}
+	if st := s.Stats().Routes[0].Targets[0]; st.Up || st.DialErrors == 0 {
+		t.Fatalf("refusing target: %+v, want down", st)
+	}
+}
