@@ -4,15 +4,30 @@
 //
 // # Routes
 //
-// A [Config] lists [Route]s, each relaying one listen [Addr] to one
-// target Addr. Stream routes pair any of TCP and Unix sockets; UDP routes
-// relay to UDP. Addresses are written as URLs and parsed by [ParseAddr]:
+// A [Config] lists [Route]s, each relaying one listen [Addr] to one or
+// more [Target]s. Stream routes pair any of TCP and Unix sockets; UDP
+// routes relay to UDP. Addresses are written as URLs and parsed by
+// [ParseAddr]:
 //
 //	tcp://127.0.0.1:8080   tcp://[::1]:8080   udp://0.0.0.0:53
 //	unix:///run/app.sock   unix://@abstract
 //
 // A listen address must name its host: "tcp://:8080" is refused rather
-// than silently opening a port to every network.
+// than silently opening a port to every network. A Route owns its
+// defaults and its validation: [New] and [Server.Update] refuse negative
+// durations and limits, options that need another, and targets that
+// would relay to the relay itself, each with a one-line error.
+//
+// # Targets
+//
+// [Route.Balance] spreads new clients over [Route.Targets] by weight:
+// [RoundRobin] (smooth weighted, the default), [LeastConn] or
+// [ClientHash] (rendezvous hashing of the client address). A failed or
+// timed-out dial marks a target down with a backoff and the client is
+// given the next target within [Route.DialTimeout]; [Route.HealthCheck]
+// adds periodic connect checks. A UDP session keeps one target for its
+// life and moves to another when its target refuses (ECONNREFUSED).
+// [Config.ConnLog] logs one line per finished connection.
 //
 // # Streams
 //
@@ -26,8 +41,11 @@
 // route and per client IP address; access lists ([Route.Allow],
 // [Route.Deny]) admit clients by CIDR. PROXY protocol v1 and v2 headers can
 // be sent to the target and accepted from a trusted downstream proxy.
-// When accept fails for lack of descriptors (EMFILE), the accept loop
-// backs off from 5 ms to 1 s instead of spinning.
+// At the global or a route's limit, or at the most relays the
+// descriptor limit allows, accepting pauses and clients wait in the
+// listen backlog; only the per-client limit accepts and closes. When
+// accept fails for lack of descriptors (EMFILE), the accept loop backs
+// off from 5 ms to 1 s instead of spinning, logging once per episode.
 //
 // # Several routes on one address
 //

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -341,4 +342,41 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// TestHealthChecksStop: active checks run only while configured, and
+// stop when a reload turns them off or removes the route, not only at
+// shutdown.
+func TestHealthChecksStop(t *testing.T) {
+	a := startBackend(t, "tcp4", echo)
+	cfg := targetsRoute(nil, a.addr)
+	s := startRelay(t, cfg)
+	checkers := func() int {
+		buf := make([]byte, 1<<20)
+		return strings.Count(string(buf[:runtime.Stack(buf, true)]), "relay.(*targetSet).checkLoop")
+	}
+	if n := checkers(); n != 0 {
+		t.Fatalf("%d checkers without health checks", n)
+	}
+	checked := cfg
+	checked.Routes = []Route{cfg.Routes[0]}
+	checked.Routes[0].HealthCheck = HealthCheck{Interval: 10 * time.Millisecond}
+	if err := s.Update(checked); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return checkers() == 1 })
+	if err := s.Update(cfg); err != nil { // checks off
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return checkers() == 0 })
+	if err := s.Update(checked); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return checkers() == 1 })
+	other := targetsRoute(nil, a.addr)
+	other.Routes[0].Name = "other"
+	if err := s.Update(other); err != nil { // route removed
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return checkers() == 0 })
 }
