@@ -1,0 +1,303 @@
+package relay
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/zeroio/zeroio/pool"
+	"github.com/zeroio/zeroio/udp"
+)
+
+// replyBatch is the most replies a session reads before sending them on,
+// and replyBuf the pooled buffer they are read into, one after another:
+// each read(2) is given 65,535 bytes, so no reply is ever truncated, and
+// 128 KiB holds a full batch of replies up to about 2 KiB (larger ones end
+// a batch early).
+const (
+	replyBatch = 32
+	replyBuf   = 128 << 10
+)
+
+// sessionKey identifies a session: the client's address, and on a socket
+// bound to a wildcard address the local address the client sent to (zero
+// otherwise). A client may reach the route at several of the host's
+// addresses from one socket, and each flow's replies must leave from the
+// address it used, so each is a session of its own.
+type sessionKey struct {
+	client netip.AddrPort
+	local  netip.Addr
+}
+
+// session is one client's flow. Its goroutine reads the target's replies;
+// the route's readers forward the client's datagrams to up.
+type session struct {
+	u      *udpRoute
+	ln     *udp.Conn // the listening socket replies leave from
+	client netip.AddrPort
+	local  netip.Addr // the address the client sent to: replies leave from it
+	ifidx  int
+	b      *backend // the session's target
+	up     *udp.Conn
+	rc     syscall.RawConn
+	reply  replyState   // the Linux read callback's state; session goroutine only
+	last   atomic.Int64 // unix nanoseconds of the last datagram either way
+	out    []udp.Message
+}
+
+// session returns the client's session, marked used at now, creating it if
+// there is room and the access lists admit the client. nil means the n
+// datagrams it was looked up for are dropped; session counts them.
+func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n uint64) *session {
+	key := sessionKey{m.Addr, m.Local}
+	u.mu.Lock()
+	s, drop := u.lookup(key, r, now)
+	u.mu.Unlock()
+	if s != nil {
+		return s
+	}
+	if drop != nil {
+		drop.Add(n)
+		return nil
+	}
+	st := &u.rt.st
+	if !allowed(r.Allow, r.Deny, m.Addr.Addr()) {
+		st.denied.Add(n)
+		return nil
+	}
+	// The session's target, for as long as it lives: a client's flow
+	// stays on one target.
+	var tried triedSet
+	b := u.rt.targets().pick(m.Addr.Addr(), &tried)
+	var tg *udpTarget
+	if b != nil {
+		tg = u.targetFor(b, now)
+	}
+	if tg == nil {
+		st.udpDropWrite.Add(n)
+		return nil
+	}
+	up, rc, err := openUpstream(tg, r.UDPBuffer)
+	if err != nil {
+		st.udpDropWrite.Add(n)
+		st.errDial.Add(1)
+		u.rt.srv.log.Warn("UDP upstream socket failed", "route", u.rt.name, "client", m.Addr, "err", err)
+		return nil
+	}
+	// Looked up again: with several workers another reader may have taken
+	// the last slot, or opened this very session, while we dialled.
+	u.mu.Lock()
+	other, drop := u.lookup(key, r, now)
+	if other == nil && drop == nil {
+		s = &session{u: u, b: b, ln: ln, client: m.Addr, local: m.Local, ifidx: m.IfIndex, up: up, rc: rc}
+		s.last.Store(now)
+		u.sessions[key] = s
+	}
+	u.mu.Unlock()
+	if s == nil {
+		up.Close()
+		if drop != nil {
+			drop.Add(n)
+		}
+		return other
+	}
+	st.udpSessions.Add(1)
+	st.udpSessionsTotal.Add(1)
+	u.rt.srv.log.Debug("UDP session", "route", u.rt.name, "client", m.Addr)
+	u.rt.srv.serveWG.Add(1)
+	go s.run(r.SessionTimeout)
+	return s
+}
+
+// lookup, with u.mu held, returns the session for key, marked used at now
+// (under u.mu, where a session decides it has expired: found here, it is
+// not expiring); or, when no new session may open, the counter its
+// datagrams are dropped under.
+func (u *udpRoute) lookup(key sessionKey, r *Route, now int64) (*session, *atomic.Uint64) {
+	if s := u.sessions[key]; s != nil {
+		s.touch(now)
+		return s, nil
+	}
+	switch {
+	case u.closed:
+		return nil, &u.rt.st.udpDropWrite
+	case len(u.sessions) >= r.MaxSessions:
+		return nil, &u.rt.st.udpDropLimit
+	}
+	return nil, nil
+}
+
+// openUpstream opens a session's socket, connected to tg.
+func openUpstream(tg *udpTarget, buf int) (*udp.Conn, syscall.RawConn, error) {
+	uc, err := net.DialUDP(tg.network, nil, net.UDPAddrFromAddrPort(tg.addr))
+	if err != nil {
+		return nil, nil, err
+	}
+	// GRO off: replies are read only after the socket polls readable, and
+	// GRO leftovers kept inside the Conn would not make it readable.
+	// The same buffers as the listening socket: a burst of replies
+	// waits for the session instead of being dropped.
+	up, err := udp.NewConn(uc, &udp.Options{DisableGRO: true, ReadBuffer: buf, WriteBuffer: buf})
+	if err != nil {
+		uc.Close()
+		return nil, nil, err
+	}
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		up.Close()
+		return nil, nil, err
+	}
+	return up, rc, nil
+}
+
+// batch is a reply batch's messages and buffer, taken from the pools only
+// while replies are being moved: an idle session holds none.
+type batch struct {
+	buf     []byte
+	in, out [replyBatch]udp.Message
+}
+
+var batches = sync.Pool{New: func() any { return new(batch) }}
+
+// run relays the target's replies to the client until the session has
+// been idle for timeout or the route closes.
+func (s *session) run(timeout time.Duration) {
+	u := s.u
+	st := &u.rt.st
+	defer func() {
+		u.mu.Lock()
+		if k := (sessionKey{s.client, s.local}); u.sessions[k] == s {
+			delete(u.sessions, k)
+		}
+		u.mu.Unlock()
+		s.up.Close()
+		st.udpSessions.Add(-1)
+		u.rt.srv.serveWG.Done()
+	}()
+	// The read deadline is moved only when it fires: last only grows, so
+	// a deadline set earlier is never later than the session's real end,
+	// and re-arming the runtime timer for every datagram is avoided.
+	s.up.SetReadDeadline(time.Unix(0, s.last.Load()).Add(timeout))
+	for {
+		err := s.relayReplies()
+		switch {
+		case err == nil:
+		case errors.Is(err, net.ErrClosed):
+			return
+		case isTimeout(err):
+			// Decided under u.mu, where readers find the session and
+			// mark it used: a reader that found it has moved last on,
+			// and one that looks after it left opens a new one. No
+			// datagram goes to a session that is on its way out.
+			u.mu.Lock()
+			deadline := time.Unix(0, s.last.Load()).Add(timeout)
+			expired := !time.Now().Before(deadline)
+			if k := (sessionKey{s.client, s.local}); expired && u.sessions[k] == s {
+				delete(u.sessions, k)
+			}
+			u.mu.Unlock()
+			if expired {
+				u.rt.srv.log.Debug("UDP session expired", "route", u.rt.name, "client", s.client)
+				return
+			}
+			s.up.SetReadDeadline(deadline)
+		case icmpError(err):
+			// The target's host or port answered ICMP unreachable (a
+			// later read reports it once). ECONNREFUSED, nobody on the
+			// port: the target is marked down and, if the route has
+			// another, the session ends so that the client's next
+			// datagrams open one on another target. Otherwise the
+			// session stays: the target may come back.
+			if errors.Is(err, syscall.ECONNREFUSED) {
+				s.failover(err)
+			}
+		default:
+			// Anything else would fail again at once: end the session
+			// rather than spin on it.
+			u.rt.srv.log.Warn("UDP session read failed", "route", u.rt.name, "client", s.client, "err", err)
+			return
+		}
+	}
+}
+
+// icmpError reports whether err is what a connected UDP socket returns
+// after an ICMP error from the target: transient, reported once.
+func icmpError(err error) bool {
+	for _, e := range []syscall.Errno{syscall.ECONNREFUSED, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.EHOSTDOWN} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// release returns b's buffer to the pool and b to batches.
+func (b *batch) release() {
+	pool.Put(b.buf)
+	b.buf = nil
+	clear(b.in[:])
+	clear(b.out[:])
+	batches.Put(b)
+}
+
+// sendReplies sends the n replies in b to the client from the address the
+// client used. It reports false when the route's socket is closed.
+func (s *session) sendReplies(b *batch, n int) bool {
+	s.touch(time.Now().UnixNano())
+	s.b.dialOK() // the target answers: up, if a refusal had marked it down
+	st := &s.u.rt.st
+	out := b.out[:0]
+	for _, m := range b.in[:n] {
+		if m.Truncated {
+			st.udpDropTruncated.Add(1)
+			continue
+		}
+		out = append(out, udp.Message{Buf: m.Buf[:m.N], Addr: s.client, Local: s.local, IfIndex: s.ifidx})
+	}
+	sent, err := s.ln.WriteAll(out)
+	st.udpPacketsDown.Add(uint64(sent))
+	if err != nil {
+		st.udpDropWrite.Add(uint64(len(out) - sent))
+		if errors.Is(err, net.ErrClosed) {
+			return false
+		}
+	}
+	return true
+}
+
+// touch moves the session's last use on to t; last never goes back.
+func (s *session) touch(t int64) {
+	for {
+		old := s.last.Load()
+		if t <= old || s.last.CompareAndSwap(old, t) {
+			return
+		}
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// failover marks the session's target down after it refused a datagram
+// (ECONNREFUSED) and, if the route has another target, ends the session:
+// it leaves the route's sessions before its socket closes, so that the
+// client's next datagram opens a new session, on a target that is up.
+func (s *session) failover(err error) {
+	s.b.dialFailed(err)
+	u := s.u
+	if u.rt.targets().npos < 2 {
+		return
+	}
+	u.mu.Lock()
+	if k := (sessionKey{s.client, s.local}); u.sessions[k] == s {
+		delete(u.sessions, k)
+	}
+	u.mu.Unlock()
+	s.up.Close()
+}

@@ -1,0 +1,154 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net"
+	"net/netip"
+	"time"
+)
+
+// resolveTimeout bounds one lookup of a target's host name.
+const resolveTimeout = 5 * time.Second
+
+// resolveEvery is how often a UDP target given by host name is looked up
+// again, for the sessions that open after: a DNS change reaches new
+// sessions within this time, while a session under way keeps its address.
+var resolveEvery = 30 * time.Second
+
+// lookupNetIP looks a host name up; tests replace it to change what a name
+// resolves to.
+var lookupNetIP = net.DefaultResolver.LookupNetIP
+
+// udpTarget is a route's target address, resolved.
+type udpTarget struct {
+	network string
+	addr    netip.AddrPort
+	from    Addr  // as configured
+	byName  bool  // from names a host, not an IP address: look it up again
+	at      int64 // unix nanoseconds of the lookup
+}
+
+// udpAddrs are a UDP route's targets resolved, by configured address.
+type udpAddrs map[Addr]*udpTarget
+
+// resolved is a route's targets looked up ahead of their use, or the
+// error that gave.
+type resolved struct {
+	to  udpAddrs
+	err error
+}
+
+// get returns the targets of r: res's if res is not nil, else resolved
+// now.
+func (res *resolved) get(r *Route) (udpAddrs, error) {
+	if res == nil {
+		return resolveTargets(r, nil)
+	}
+	return res.to, res.err
+}
+
+// resolveTargets looks up each target of r, taking those known has as
+// they are. A target that does not resolve fails the whole route, as a
+// bad address would.
+func resolveTargets(r *Route, known udpAddrs) (udpAddrs, error) {
+	out := udpAddrs{}
+	for _, t := range r.Targets {
+		if tg := known[t.Addr]; tg != nil {
+			out[t.Addr] = tg
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+		tg, err := lookupTarget(ctx, t.Addr)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("target %s: %w", t.Addr, err)
+		}
+		out[t.Addr] = tg
+	}
+	return out, nil
+}
+
+// lookupTarget resolves a UDP target as net.ResolveUDPAddr does (an IPv4
+// address first for "udp"), through lookupNetIP.
+func lookupTarget(ctx context.Context, t Addr) (*udpTarget, error) {
+	host, port, err := net.SplitHostPort(t.Address)
+	if err != nil {
+		return nil, err
+	}
+	p, err := net.DefaultResolver.LookupPort(ctx, t.Network, port)
+	if err != nil {
+		return nil, err
+	}
+	tg := &udpTarget{network: t.Network, from: t, at: time.Now().UnixNano()}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		tg.addr = netip.AddrPortFrom(ip.Unmap(), uint16(p))
+		return tg, nil
+	}
+	tg.byName = true
+	ipnet := map[string]string{"udp4": "ip4", "udp6": "ip6"}[t.Network]
+	if ipnet == "" {
+		ipnet = "ip"
+	}
+	ips, err := lookupNetIP(ctx, ipnet, host)
+	if err != nil {
+		return nil, err
+	}
+	if len(ips) == 0 {
+		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
+	}
+	ip := ips[0]
+	for _, a := range ips {
+		if a.Unmap().Is4() {
+			ip = a
+			break
+		}
+	}
+	tg.addr = netip.AddrPortFrom(ip.Unmap(), uint16(p))
+	return tg, nil
+}
+
+// targetFor returns the address of b, the target a session opening at now
+// goes to (nil if a reload just dropped it). A target given by host name
+// is looked up again in the background once resolveEvery has passed
+// since the last lookup; sessions go to the last address meanwhile.
+func (u *udpRoute) targetFor(b *backend, now int64) *udpTarget {
+	tg := (*u.to.Load())[b.addr]
+	if tg != nil && tg.byName && now-tg.at >= int64(resolveEvery) && b.resolving.CompareAndSwap(false, true) {
+		u.rt.srv.serveWG.Add(1)
+		go u.refresh(b, tg)
+	}
+	return tg
+}
+
+// refresh looks old's host name up again and makes the answer b's
+// address, unless a reload changed it meanwhile. On an error the route
+// keeps the address it had, and tries again after resolveEvery.
+func (u *udpRoute) refresh(b *backend, old *udpTarget) {
+	defer u.rt.srv.serveWG.Done()
+	defer b.resolving.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	defer cancel()
+	tg, err := lookupTarget(ctx, old.from)
+	if err != nil {
+		u.rt.srv.log.Warn("UDP target lookup failed; keeping its last address", "route", u.rt.name, "target", old.from.String(), "addr", old.addr, "err", err)
+		again := *old
+		again.at = time.Now().UnixNano()
+		tg = &again
+	} else if tg.addr != old.addr {
+		u.rt.srv.log.Info("UDP target moved", "route", u.rt.name, "target", old.from.String(), "from", old.addr, "to", tg.addr)
+	}
+	for {
+		cur := u.to.Load()
+		if (*cur)[old.from] != old {
+			return // a reload changed it
+		}
+		next := make(udpAddrs, len(*cur))
+		maps.Copy(next, *cur)
+		next[old.from] = tg
+		if u.to.CompareAndSwap(cur, &next) {
+			return
+		}
+	}
+}
