@@ -11,7 +11,9 @@
  * direction, the size HAProxy's tune.bufsize defaults to, until a read
  * fills it: from then on that direction splices (splice(2)) through a pipe
  * of its own, as HAProxy's splice-auto and zeroio do for bulk; TCP_NODELAY
- * on both sockets, as HAProxy sets; half-close passed on with shutdown(2).
+ * on both sockets, as HAProxy sets (set once on the listener, whose
+ * accepted sockets inherit it); half-close passed on with shutdown(2),
+ * except when the other direction has ended too and close(2) follows.
  * No allocation after start: connection state lives in a table indexed by
  * descriptor, mapped once.
  *
@@ -136,7 +138,8 @@ static int splice_pump(int src, int dst)
 		}
 		if (n == 0) {
 			s->rd_eof = 1;
-			shutdown(dst, SHUT_WR);
+			if (!d->rd_eof) /* else both are done: close follows */
+				shutdown(dst, SHUT_WR);
 			return 0;
 		}
 		if (errno == EINTR)
@@ -213,7 +216,8 @@ static int pump(int src, int dst)
 		}
 		if (n == 0) {
 			s->rd_eof = 1;
-			shutdown(dst, SHUT_WR);
+			if (!d->rd_eof) /* else both are done: close follows */
+				shutdown(dst, SHUT_WR);
 			return 0;
 		}
 		if (errno == EINTR)
@@ -281,7 +285,6 @@ static void accept_all(int ep, int lfd)
 				close(t);
 			continue;
 		}
-		setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 		setsockopt(t, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 		int r = connect(t, (struct sockaddr *)&target, sizeof target);
 		if (r < 0 && errno != EINPROGRESS) {
@@ -366,6 +369,7 @@ static int listener(struct sockaddr_in *sa)
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0)
 		die("SO_REUSEPORT");
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* inherited */
 	if (bind(fd, (struct sockaddr *)sa, sizeof *sa) < 0)
 		die("bind");
 	if (listen(fd, 4096) < 0)
