@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os/exec"
 	"strings"
 	"testing"
@@ -68,7 +70,8 @@ func TestThreeTargetsOneDown(t *testing.T) {
 	kill1 := socatBackend(t, a1, "one")
 	socatBackend(t, a2, "two")
 	// a3: nobody listens.
-	p := startProc(t, 1, "--conn-log", "info", "--dial-timeout", "2s", "tcp://127.0.0.1:0", "tcp://"+a1, "tcp://"+a2, "tcp://"+a3)
+	maddr := freeAddr(t)
+	p := startProc(t, 1, "--conn-log", "info", "--dial-timeout", "2s", "--metrics", maddr, "tcp://127.0.0.1:0", "tcp://"+a1, "tcp://"+a2, "tcp://"+a3)
 	addr := p.addr(t, "tcp://127.0.0.1:0")
 	count := map[string]int{}
 	for i := range 30 {
@@ -102,5 +105,22 @@ func TestThreeTargetsOneDown(t *testing.T) {
 	}
 	if len(p.logs("target down")) < 2 {
 		t.Fatal("the two dead targets were not each logged down")
+	}
+	resp, err := http.Get("http://" + maddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		fmt.Sprintf(`zeroio_relay_target_up{route="tcp://127.0.0.1:0",target="tcp://%s"} 0`, a1),
+		fmt.Sprintf(`zeroio_relay_target_up{route="tcp://127.0.0.1:0",target="tcp://%s"} 1`, a2),
+		fmt.Sprintf(`zeroio_relay_target_up{route="tcp://127.0.0.1:0",target="tcp://%s"} 0`, a3),
+		fmt.Sprintf(`zeroio_relay_target_connections_total{route="tcp://127.0.0.1:0",target="tcp://%s"} 0`, a3),
+		fmt.Sprintf(`zeroio_relay_target_bytes_total{direction="down",route="tcp://127.0.0.1:0",target="tcp://%s"}`, a2),
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 }
