@@ -1,0 +1,206 @@
+package relay
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/zeroio/zeroio/internal/proxyproto"
+)
+
+// Edges of a stream's life that an engine reading speculatively, or
+// relaying from buffers of its own, could get wrong.
+
+// TestEarlyDataAndEOF: a client that writes its whole request and shuts
+// down writing at once, before the relay could have connected to the
+// target, gets its answer: the bytes and the EOF reach the target in
+// order, after the PROXY header when the route sends one.
+func TestEarlyDataAndEOF(t *testing.T) { forEachEngine(t, testEarlyDataAndEOF) }
+
+func testEarlyDataAndEOF(t *testing.T) {
+	for _, proxy := range []int{0, 2} {
+		t.Run(map[int]string{0: "plain", 2: "send-proxy-v2"}[proxy], func(t *testing.T) {
+			leakCheck(t)
+			b := startBackend(t, "tcp4", func(c net.Conn) {
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				if proxy != 0 {
+					if _, err := proxyproto.ReadHeader(c); err != nil {
+						io.WriteString(c, "bad header: "+err.Error())
+						return
+					}
+				}
+				got, err := io.ReadAll(c)
+				if err != nil {
+					io.WriteString(c, "read: "+err.Error())
+					return
+				}
+				c.Write(append([]byte("got "), got...))
+			})
+			s := startRelay(t, route0("127.0.0.1:0", b.addr, func(r *Route) { r.SendProxy = proxy }))
+			var wg sync.WaitGroup
+			for i := range 40 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, err := net.DialTimeout("tcp", s.Addrs("r")[0].String(), 5*time.Second)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					defer c.Close()
+					req := bytes.Repeat([]byte{byte('a' + i%26)}, 1+i*397)
+					c.Write(req)
+					closeWrite(c)
+					c.SetReadDeadline(time.Now().Add(10 * time.Second))
+					resp, err := io.ReadAll(c)
+					if err != nil || !bytes.Equal(resp, append([]byte("got "), req...)) {
+						t.Errorf("client %d: %d bytes back (%q...), %v", i, len(resp), resp[:min(len(resp), 20)], err)
+					}
+				}()
+			}
+			wg.Wait()
+			waitFor(t, func() bool { return s.Stats().Active == 0 })
+		})
+	}
+}
+
+// TestClientGoneBeforeTarget: clients that connect and go away at once
+// (closed or reset, before or while the relay dials) leave no connection
+// open on the relay or at the target.
+func TestClientGoneBeforeTarget(t *testing.T) { forEachEngine(t, testClientGoneBeforeTarget) }
+
+func testClientGoneBeforeTarget(t *testing.T) {
+	leakCheck(t)
+	var open atomic.Int64
+	b := startBackend(t, "tcp4", func(c net.Conn) {
+		open.Add(1)
+		defer open.Add(-1)
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		io.Copy(io.Discard, c) // until the relay passes the client's end on
+	})
+	s := startRelay(t, route0("127.0.0.1:0", b.addr, nil))
+	for i := range 200 {
+		c := dialRoute(t, s, "r")
+		if i%2 == 0 {
+			c.(*net.TCPConn).SetLinger(0)
+		}
+		c.Close()
+	}
+	waitFor(t, func() bool { return s.Stats().Active == 0 && open.Load() == 0 })
+}
+
+// TestDownloadOutlastsIdleTimeout: a transfer in one direction only, in
+// small writes spread over several idle timeouts, is not cut as idle:
+// bytes moving either way are activity.
+func TestDownloadOutlastsIdleTimeout(t *testing.T) {
+	forEachEngine(t, testDownloadOutlastsIdleTimeout)
+}
+
+func testDownloadOutlastsIdleTimeout(t *testing.T) {
+	leakCheck(t)
+	const idle = 300 * time.Millisecond
+	chunk := bytes.Repeat([]byte("z"), 4096)
+	const chunks = 24 // one every idle/6: 4 idle periods in all
+	b := startBackend(t, "tcp4", func(c net.Conn) {
+		for range chunks {
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+			time.Sleep(idle / 6)
+		}
+	})
+	s := startRelay(t, route0("127.0.0.1:0", b.addr, func(r *Route) { r.IdleTimeout = idle }))
+	c := dialRoute(t, s, "r")
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	n, err := io.Copy(io.Discard, c)
+	if err != nil || n != chunks*int64(len(chunk)) {
+		t.Fatalf("downloaded %d of %d bytes: %v", n, chunks*len(chunk), err)
+	}
+	if st := s.Stats().Routes[0]; st.IdleTimeouts != 0 {
+		t.Fatalf("%d idle timeouts on a moving download", st.IdleTimeouts)
+	}
+}
+
+// TestSlowReader: a target that writes far faster than its client reads:
+// every byte arrives, in order, however the relay holds them meanwhile.
+func TestSlowReader(t *testing.T) { forEachEngine(t, testSlowReader) }
+
+func testSlowReader(t *testing.T) {
+	leakCheck(t)
+	const size = 16 << 20
+	data := make([]byte, size)
+	for i := range data {
+		data[i] = byte(i * 7 >> 3)
+	}
+	want := sha256.Sum256(data)
+	b := startBackend(t, "tcp4", func(c net.Conn) {
+		c.SetDeadline(time.Now().Add(60 * time.Second))
+		c.Write(data)
+	})
+	s := startRelay(t, route0("127.0.0.1:0", b.addr, nil))
+	c := dialRoute(t, s, "r")
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(60 * time.Second))
+	h := sha256.New()
+	buf := make([]byte, 32<<10)
+	var n int
+	for reads := 0; ; reads++ {
+		k, err := c.Read(buf)
+		h.Write(buf[:k])
+		n += k
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after %d bytes: %v", n, err)
+		}
+		if reads%16 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if n != size || !bytes.Equal(h.Sum(nil), want[:]) {
+		t.Fatalf("%d of %d bytes, hash equal %v", n, size, bytes.Equal(h.Sum(nil), want[:]))
+	}
+}
+
+// TestTargetLeavesMidUpload: a target that closes without reading while
+// its client is still sending ends the client's connection (an EOF or a
+// reset, not a hang), and the relay keeps nothing open.
+func TestTargetLeavesMidUpload(t *testing.T) { forEachEngine(t, testTargetLeavesMidUpload) }
+
+func testTargetLeavesMidUpload(t *testing.T) {
+	leakCheck(t)
+	b := startBackend(t, "tcp4", func(c net.Conn) {
+		var one [1]byte
+		c.Read(one[:]) // the upload has begun
+	})
+	s := startRelay(t, route0("127.0.0.1:0", b.addr, nil))
+	for range 5 {
+		c := dialRoute(t, s, "r")
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		done := make(chan error, 1)
+		go func() {
+			buf := make([]byte, 64<<10)
+			for {
+				if _, err := c.Write(buf); err != nil {
+					done <- err
+					return
+				}
+			}
+		}()
+		var one [1]byte
+		_, rerr := c.Read(one[:])
+		werr := <-done
+		if isTimeout(rerr) || isTimeout(werr) {
+			t.Fatalf("client hung: read %v, write %v", rerr, werr)
+		}
+		c.Close()
+	}
+	waitFor(t, func() bool { return s.Stats().Active == 0 })
+}
