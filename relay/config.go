@@ -183,7 +183,8 @@ type Config struct {
 	// ConnLog is the level of the line logged for each finished stream
 	// connection (client, route, target, bytes each way, duration, why it
 	// ended); nil is slog.LevelDebug, and [ConnLogOff] logs none. Whether
-	// a line is written is then up to Logger's handler.
+	// a line is written is then up to Logger's handler. [Server.Update]
+	// applies a new level.
 	ConnLog slog.Leveler
 }
 

@@ -44,7 +44,7 @@ func (e endReason) String() string {
 // target), duration and why it ended, at the Config's ConnLog level.
 // b is nil when no target was reached.
 func (rt *route) logEnd(client netip.AddrPort, b *backend, up, down uint64, start time.Time, why endReason) {
-	log, lvl := rt.srv.log, rt.srv.connLog
+	log, lvl := rt.srv.log, rt.srv.connLog.Level()
 	ctx := context.Background()
 	if !log.Enabled(ctx, lvl) {
 		return
@@ -60,4 +60,13 @@ func (rt *route) logEnd(client netip.AddrPort, b *backend, up, down uint64, star
 		slog.String("client", c), slog.String("route", rt.name), slog.String("target", t),
 		slog.Uint64("bytes_up", up), slog.Uint64("bytes_down", down),
 		slog.Duration("duration", time.Since(start)), slog.String("end", why.String()))
+}
+
+// setConnLog takes cfg's ConnLog level.
+func (s *Server) setConnLog(cfg Config) {
+	lvl := slog.LevelDebug
+	if cfg.ConnLog != nil {
+		lvl = cfg.ConnLog.Level()
+	}
+	s.connLog.Set(lvl)
 }

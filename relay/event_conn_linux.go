@@ -637,7 +637,7 @@ func (c *evConn) finish(why error) {
 // enabled.
 func (c *evConn) logEnd(end endReason) {
 	rt := c.rt
-	if !rt.srv.log.Enabled(context.Background(), rt.srv.connLog) {
+	if !rt.srv.log.Enabled(context.Background(), rt.srv.connLog.Level()) {
 		return
 	}
 	start := time.Now().Add(-time.Duration(c.lp.now - c.start))

@@ -19,8 +19,8 @@ var ErrServerClosed = errors.New("relay: server closed")
 // Server runs a set of routes. Its methods are safe for concurrent use.
 type Server struct {
 	log      *slog.Logger
-	connLog  slog.Level
-	fdBudget atomic.Int64 // the most stream relays the descriptor limit allows; 0 none known
+	connLog  slog.LevelVar // Config.ConnLog; Update changes it
+	fdBudget atomic.Int64  // the most stream relays the descriptor limit allows; 0 none known
 	gate     gate
 	ports    atomic.Pointer[[]netip.AddrPort] // stream listeners, for dialsSelf
 	maxConns atomic.Int64
@@ -45,10 +45,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	s := &Server{log: cfg.Logger, cfg: cfg, routes: map[string]*route{}, fronts: map[string]*front{}, connLog: slog.LevelDebug}
-	if cfg.ConnLog != nil {
-		s.connLog = cfg.ConnLog.Level()
-	}
+	s := &Server{log: cfg.Logger, cfg: cfg, routes: map[string]*route{}, fronts: map[string]*front{}}
+	s.setConnLog(cfg)
 	s.eng = newEngine(s, cfg.Engine)
 	s.ports.Store(new([]netip.AddrPort))
 	s.gate.wake = make(chan struct{})
@@ -149,6 +147,7 @@ func (s *Server) Update(cfg Config) error {
 		s.cfg = cfg
 		s.maxConns.Store(int64(cfg.MaxConns))
 		s.setBudget(cfg)
+		s.setConnLog(cfg)
 	}
 	s.slotFreed() // a limit may have risen
 	s.updatePorts()
