@@ -307,7 +307,14 @@ func (f *relayFlags) check(cfg relay.Config, stdout io.Writer, fail func(error) 
 		for _, t := range r.Targets {
 			ts = append(ts, t.Addr.String())
 		}
-		fmt.Fprintf(stdout, "route%s: %s -> %s\n", name, r.Listen, strings.Join(ts, " "))
+		var by string // how the route is chosen on a shared address
+		if len(r.SNI) > 0 {
+			by += " sni " + strings.Join(r.SNI, ",")
+		}
+		if len(r.ALPN) > 0 {
+			by += " alpn " + strings.Join(r.ALPN, ",")
+		}
+		fmt.Fprintf(stdout, "route%s: %s%s -> %s\n", name, r.Listen, by, strings.Join(ts, " "))
 	}
 	plural := "s"
 	if len(cfg.Routes) == 1 {
