@@ -1,0 +1,133 @@
+package relay
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/binary"
+	"io"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/zeroio/zeroio/internal/proxyproto"
+)
+
+// v2WithTLV is a PROXY v2 header for src and dst carrying a NOOP TLV,
+// which a reader must skip (the spec's PP2_TYPE_NOOP).
+func v2WithTLV(src, dst netip.AddrPort) []byte {
+	h := proxyproto.AppendV2(nil, proxyproto.Stream, src, dst)
+	h = append(h, 0x04, 0, 3, 'a', 'b', 'c')
+	binary.BigEndian.PutUint16(h[14:16], binary.BigEndian.Uint16(h[14:16])+6)
+	return h
+}
+
+// v2Local is a PROXY v2 header of the LOCAL command (the proxy's own
+// connection, a health check), with no addresses.
+func v2Local() []byte {
+	h := proxyproto.AppendV2(nil, proxyproto.Stream, netip.MustParseAddrPort("192.0.2.1:1"), netip.MustParseAddrPort("192.0.2.2:2"))
+	h = h[:16]
+	h[12], h[13], h[14], h[15] = 0x20, 0, 0, 0
+	return h
+}
+
+// TestProxyHeaderArrivals: a PROXY header that comes one byte per segment,
+// or in one write with the request and its EOF, is read whole, and not a
+// byte of what follows it is lost, for v1, v2 and v2 with a TLV. Headers
+// that name no client (v1 UNKNOWN, v2 LOCAL) leave the connection's own
+// peer as the client.
+func TestProxyHeaderArrivals(t *testing.T) { forEachEngine(t, testProxyHeaderArrivals) }
+
+func testProxyHeaderArrivals(t *testing.T) {
+	src := netip.MustParseAddrPort("203.0.113.7:5555")
+	dst := netip.MustParseAddrPort("198.51.100.1:443")
+	b, got := proxyTarget(t)
+	s := startRelay(t, route0("127.0.0.1:0", b.addr, func(r *Route) { r.AcceptProxy, r.SendProxy = true, 1 }))
+	for name, h := range map[string][]byte{
+		"v1":         proxyproto.AppendV1(nil, src, dst),
+		"v2":         proxyproto.AppendV2(nil, proxyproto.Stream, src, dst),
+		"v2-tlv":     v2WithTLV(src, dst),
+		"v1-unknown": []byte("PROXY UNKNOWN\r\n"),
+		"v2-local":   v2Local(),
+	} {
+		req := bytes.Repeat([]byte(name), 1000)
+		for _, how := range []string{"one-byte-segments", "with-request-and-eof"} {
+			c := dialRoute(t, s, "r")
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			if how == "one-byte-segments" {
+				c.(*net.TCPConn).SetNoDelay(true)
+				for i := range h {
+					if _, err := c.Write(h[i : i+1]); err != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(time.Millisecond)
+				}
+				c.Write(req)
+			} else {
+				c.Write(append(append([]byte{}, h...), req...))
+			}
+			closeWrite(c)
+			back, err := io.ReadAll(c)
+			c.Close()
+			if err != nil || !bytes.Equal(back, req) {
+				t.Errorf("%s, %s: %d of %d bytes echoed, %v", name, how, len(back), len(req), err)
+			}
+			want := src
+			if name == "v1-unknown" || name == "v2-local" {
+				want = netip.MustParseAddrPort(c.LocalAddr().String())
+			}
+			if from := <-got; from != want {
+				t.Errorf("%s, %s: target told the client is %v, want %v", name, how, from, want)
+			}
+		}
+	}
+}
+
+// TestSNIAfterProxyHeader: on a front that takes a PROXY header, the header
+// and the ClientHello in one write, or both one byte per segment, still
+// route by the hello's name.
+func TestSNIAfterProxyHeader(t *testing.T) { forEachEngine(t, testSNIAfterProxyHeader) }
+
+func testSNIAfterProxyHeader(t *testing.T) {
+	a := startTLSBackend(t, false, "a.example")
+	d := startTLSBackend(t, false, "default.example")
+	listen := freePort(t)
+	l := Addr{Network: "tcp", Address: listen}
+	startRelay(t, Config{Routes: []Route{
+		{Name: "a", Listen: l, Target: a.addr, SNI: []string{"a.example"}, AcceptProxy: true},
+		{Name: "default", Listen: l, Target: d.addr, AcceptProxy: true},
+	}})
+	h := v2WithTLV(netip.MustParseAddrPort("203.0.113.7:5555"), netip.MustParseAddrPort("198.51.100.1:443"))
+	for _, split := range []bool{false, true} {
+		raw, err := net.DialTimeout("tcp", listen, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c net.Conn = &headerFirst{Conn: raw, header: h}
+		if split {
+			raw.(*net.TCPConn).SetNoDelay(true)
+			if _, err := (oneByteConn{raw}).Write(h); err != nil {
+				t.Fatal(err)
+			}
+			c = oneByteConn{raw}
+		}
+		tlsRoundTrip(t, listen, c, &tls.Config{ServerName: "a.example", RootCAs: a.pool()}, a, 3000)
+	}
+}
+
+// headerFirst sends header in the same write as the first bytes written
+// (the start of a ClientHello): one segment when they are small.
+type headerFirst struct {
+	net.Conn
+	header []byte
+}
+
+func (c *headerFirst) Write(b []byte) (int, error) {
+	if c.header != nil {
+		h := c.header
+		c.header = nil
+		n, err := c.Conn.Write(append(append([]byte{}, h...), b...))
+		return max(n-len(h), 0), err
+	}
+	return c.Conn.Write(b)
+}
