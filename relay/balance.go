@@ -48,17 +48,37 @@ func gcd(a, b int) int {
 	return a
 }
 
-// pickRoundRobin takes the next turn of the sequence; if that target is
-// not eligible, the next eligible one after it in the list, so that a
-// down target's turns spread over the others.
+// pickRoundRobin takes the next turn of the sequence. A turn whose target
+// is not eligible is passed over for the turn after it, so that a down
+// target's turns go to the others in proportion to their weights, as if
+// it were out of the rotation (nginx and HAProxy skip a down server the
+// same way); handing them all to the target listed after it would give
+// that one the down target's whole share on top of its own.
 func (ts *targetSet) pickRoundRobin(tried *triedSet, anyState bool, now *int64) int {
-	if len(ts.seq) == 0 {
+	m := uint64(len(ts.seq))
+	if m == 0 {
 		return -1
 	}
-	first := int(ts.seq[(ts.next.Add(1)-1)%uint64(len(ts.seq))])
-	n := len(ts.bs)
-	for k := range n {
-		if i := (first + k) % n; ts.eligible(i, tried, anyState, now) {
+	if i := int(ts.seq[(ts.next.Add(1)-1)%m]); ts.eligible(i, tried, anyState, now) {
+		return i
+	}
+	// Pass turns over only if some target can take one: each target with
+	// a positive weight has a turn in every period of the sequence.
+	some := false
+	for i := range ts.bs {
+		some = some || ts.eligible(i, tried, anyState, now)
+	}
+	if !some {
+		return -1
+	}
+	for range m - 1 {
+		if i := int(ts.seq[(ts.next.Add(1)-1)%m]); ts.eligible(i, tried, anyState, now) {
+			return i
+		}
+	}
+	// Concurrent picks took every turn of the eligible ones meanwhile.
+	for i := range ts.bs {
+		if ts.eligible(i, tried, anyState, now) {
 			return i
 		}
 	}

@@ -226,3 +226,31 @@ func BenchmarkPick(b *testing.B) {
 		}
 	}
 }
+
+// TestPickRoundRobinDownShares: while a target is down, its turns go to the
+// others in proportion to their weights, as if it had weight 0 (nginx and
+// HAProxy leave a down server out of the rotation); not all to the target
+// listed after it, which would take twice its share.
+func TestPickRoundRobinDownShares(t *testing.T) {
+	for _, tc := range []struct {
+		weights []int
+		down    int
+		want    []int // shares of 600 clients
+	}{
+		{[]int{1, 1, 1}, 1, []int{300, 0, 300}},
+		{[]int{1, 1, 1}, 0, []int{0, 300, 300}},
+		{[]int{1, 2, 1, 2}, 1, []int{150, 0, 150, 300}},
+		{[]int{5, 1, 1}, 0, []int{0, 300, 300}},
+	} {
+		ts := testSet(t, RoundRobin, tc.weights...)
+		ts.bs[tc.down].downUntil.Store(noRetry)
+		count := make([]int, len(tc.weights))
+		for range 600 {
+			var tried triedSet
+			count[indexOf(ts, ts.pick(netip.Addr{}, &tried))]++
+		}
+		if !slices.Equal(count, tc.want) {
+			t.Errorf("weights %v, target %d down: shares %v, want %v", tc.weights, tc.down, count, tc.want)
+		}
+	}
+}
