@@ -23,8 +23,9 @@ import (
 //   - c-floor: a minimal C epoll relay, the kernel's share (a baseline)
 //
 // One op is one wrk run. The metrics are wrk's requests per second and
-// p99 latency, and the relay process's CPU time (user+system, all its
-// threads, from /proc/PID/stat) per request.
+// p99 latency, and per request the relay process's CPU time (user+system,
+// all its threads, from /proc/PID/stat) and the times its threads were
+// switched out (each costs a sleep and a wake-up).
 
 // httpLoad is one workload: wrk's connections fetching one body.
 type httpLoad struct {
@@ -92,16 +93,17 @@ func runRelayHTTP(b *testing.B, impl string, l httpLoad, secs int) {
 		fatalf(b, "%s: %v", impl, err)
 	}
 	b.ReportAllocs()
-	var reqs, secsRun, cpu float64
+	var reqs, secsRun, cpu, switches float64
 	var p99 time.Duration
 	b.ResetTimer()
 	for range b.N {
-		c0 := procCPU(pid)
+		c0, s0 := procCPU(pid), procSwitches(pid)
 		r, err := runWrk(url, l.conns, secs, l.closeEach)
 		if err != nil {
 			fatal(b, err)
 		}
 		cpu += procCPU(pid) - c0
+		switches += float64(procSwitches(pid) - s0)
 		// Every response must be the body nginx sent, and a relay may
 		// not lose connections: a few socket errors are tolerated, as a
 		// run's end cuts connections mid-request.
@@ -117,6 +119,7 @@ func runRelayHTTP(b *testing.B, impl string, l httpLoad, secs int) {
 	b.ReportMetric(float64(p99)/float64(time.Microsecond), "p99-µs")
 	if pid != 0 {
 		b.ReportMetric(cpu*1e6/reqs, "cpu-µs/req")
+		b.ReportMetric(switches/reqs, "ctxsw/req")
 	}
 }
 
@@ -186,6 +189,6 @@ func loadSummary() []string {
 
 func init() {
 	register(Suite{Group: "relay-http", Name: "RelayHTTP", Cases: relayHTTPCases, Metric: "req/s",
-		AlsoChart: []string{"cpu-µs/req", "p99-µs"},
+		AlsoChart: []string{"cpu-µs/req", "ctxsw/req", "p99-µs"},
 		Available: func() string { return needTools("nginx", "wrk") }, Notes: relayHTTPNotes})
 }

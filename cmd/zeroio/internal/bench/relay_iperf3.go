@@ -199,6 +199,34 @@ func procCPUNs(pid int) int64 {
 	return ns
 }
 
+// procSwitches returns how many times a process's threads have been
+// switched out, voluntarily (to wait) or not (preempted): the sum of
+// voluntary_ctxt_switches and nonvoluntary_ctxt_switches in each
+// /proc/PID/task/TID/status (proc(5)), or 0 for pid 0. Threads that
+// exited are not counted.
+func procSwitches(pid int) int64 {
+	if pid == 0 {
+		return 0
+	}
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	es, _ := os.ReadDir(dir)
+	var n int64
+	for _, e := range es {
+		b, err := os.ReadFile(dir + "/" + e.Name() + "/status")
+		if err != nil {
+			continue // the thread just exited
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			k, v, ok := strings.Cut(l, ":")
+			if ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
+				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += x
+			}
+		}
+	}
+	return n
+}
+
 // procStatus returns a /proc/PID/status field in kB (VmRSS).
 func procStatus(pid int, field string) float64 {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))

@@ -40,11 +40,11 @@ import (
 //     picks.
 //
 // One op is a run of fixed length. The metrics are the relay's CPU time
-// per connection, connections per second and the p99 of a connection's
-// life (dial to reply read). The relay's CPU comes from the schedstat of
-// each of its threads (nanoseconds, where /proc/PID/stat counts 10 ms
-// ticks: a relay using a tenth of a CPU gets too few ticks in a few
-// seconds).
+// and thread switches per connection, connections per second and the p99
+// of a connection's life (dial to reply read). The relay's CPU comes from
+// the schedstat of each of its threads (nanoseconds, where /proc/PID/stat
+// counts 10 ms ticks: a relay using a tenth of a CPU gets too few ticks in
+// a few seconds).
 
 // tlsNames are the server names of the two backends.
 var tlsNames = [2]string{"a.bench.test", "b.bench.test"}
@@ -105,14 +105,15 @@ func runRelayTLS(b *testing.B, impl string, sni bool, secs int) {
 		fatalf(b, "%s: %v", impl, err)
 	}
 	b.ReportAllocs()
-	var conns, cpuNs float64
+	var conns, cpuNs, switches float64
 	var secsRun time.Duration
 	var lat []time.Duration
 	b.ResetTimer()
 	for range b.N {
-		c0 := procCPUNs(pid)
+		c0, s0 := procCPUNs(pid), procSwitches(pid)
 		r := tlsChurn(addr, roots, names, time.Duration(secs)*time.Second)
 		cpuNs += float64(procCPUNs(pid) - c0)
+		switches += float64(procSwitches(pid) - s0)
 		if r.misrouted > 0 || r.errs > r.conns/100 {
 			fatalf(b, "%s: %d connections, %d misrouted, %d failed (first: %v)", impl, r.conns, r.misrouted, r.errs, r.firstErr)
 		}
@@ -128,6 +129,7 @@ func runRelayTLS(b *testing.B, impl string, sni bool, secs int) {
 	}
 	if pid != 0 {
 		b.ReportMetric(cpuNs/1e3/conns, "cpu-µs/conn")
+		b.ReportMetric(switches/conns, "ctxsw/conn")
 	}
 }
 
@@ -448,6 +450,6 @@ func relayTLSNotes() []string {
 
 func init() {
 	register(Suite{Group: "relay-tls", Name: "RelayTLS", Cases: relayTLSCases, Metric: "cpu-µs/conn",
-		AlsoChart: []string{"conn/s", "p99-µs"},
+		AlsoChart: []string{"conn/s", "ctxsw/conn", "p99-µs"},
 		Available: func() string { return needTools() }, Notes: relayTLSNotes})
 }

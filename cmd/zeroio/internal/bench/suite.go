@@ -48,7 +48,8 @@ func HigherIsBetter(unit string) bool {
 		return false
 	case strings.Contains(unit, "cpu"), strings.Contains(unit, "lat"),
 		strings.HasSuffix(unit, "ns"), strings.HasSuffix(unit, "µs"), strings.HasSuffix(unit, "ms"),
-		strings.HasSuffix(unit, "/conn"), unit == "pipes", unit == "lost", unit == "retries":
+		strings.HasSuffix(unit, "/conn"), strings.HasSuffix(unit, "/req"),
+		unit == "pipes", unit == "lost", unit == "retries":
 		return false
 	case strings.HasSuffix(unit, "/s"), strings.HasPrefix(unit, "delivered"):
 		return true
