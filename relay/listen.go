@@ -59,10 +59,9 @@ func listenStreamAt(r *Route, addr string, n int, reuse bool) ([]net.Listener, e
 	return lns, nil
 }
 
-// listenConfig is how a TCP or UDP route opens its sockets: r.Workers of
-// them in one SO_REUSEPORT group when there is more than one.
-func listenConfig(r *Route) (net.ListenConfig, error) { return listenConfigReuse(r.Workers > 1) }
-
+// listenConfigReuse is how a TCP or UDP route opens its sockets: in one
+// SO_REUSEPORT group when reuse is set (several workers, or sharing a
+// port with the sockets of a route a reload replaces).
 func listenConfigReuse(reuse bool) (net.ListenConfig, error) {
 	// Keep-alive is set on each accepted connection from the route's
 	// settings of the moment (pair.run), which Update may change while

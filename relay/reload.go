@@ -21,6 +21,8 @@ type plan struct {
 	grow    map[*front][]net.Listener // sockets added to kept fronts
 	shrink  map[*front]int            // kept fronts to shrink to this many sockets
 	udpNew  map[string]*route         // UDP routes opened by this plan
+	udpGrow map[*route][]*udpSock     // sockets added to kept UDP routes
+	udpLess map[*route]int            // kept UDP routes to shrink to this many sockets
 	undo    []func()
 	carry   map[string]*route // for Start: the unopened routes whose load to keep
 	targets map[string]*resolved
@@ -35,7 +37,8 @@ func (s *Server) apply(cfg Config, targets map[string]*resolved, carry map[strin
 	p := &plan{
 		s: s, fronts: map[string]*front{}, fresh: map[*front]bool{},
 		grow: map[*front][]net.Listener{}, shrink: map[*front]int{},
-		udpNew: map[string]*route{}, carry: carry, targets: targets,
+		udpNew: map[string]*route{}, udpGrow: map[*route][]*udpSock{}, udpLess: map[*route]int{},
+		carry: carry, targets: targets,
 	}
 	if err := p.prepare(cfg); err != nil {
 		for i := len(p.undo) - 1; i >= 0; i-- {
@@ -176,62 +179,6 @@ func (p *plan) listen(r *Route, groups map[string][]Route) ([]net.Listener, erro
 	return p.s.adopt(listenStreamAt(r, r.Listen.Address, r.Workers, true))
 }
 
-// prepareUDP stops the UDP routes that go away or rebind (their address
-// may be the one a new route binds), then opens the UDP routes that are
-// new or rebind. Undo closes those and opens the stopped ones again.
-func (p *plan) prepareUDP(cfg Config) error {
-	s := p.s
-	want := map[string]*Route{}
-	for i := range cfg.Routes {
-		want[cfg.Routes[i].Name] = &cfg.Routes[i]
-	}
-	var gone []*route
-	for _, name := range s.sortedNames() {
-		rt := s.routes[name]
-		if rt.udp == nil {
-			continue
-		}
-		if r := want[name]; r != nil && r.Listen.Datagram() && !udpRebinds(rt.cfg.Load(), r) {
-			continue
-		}
-		rt.stop()
-		gone = append(gone, rt)
-	}
-	p.undo = append(p.undo, func() {
-		for _, rt := range gone {
-			s.restore(rt)
-		}
-	})
-	for _, r := range cfg.Routes {
-		if !r.Listen.Datagram() {
-			continue
-		}
-		old := s.routes[r.Name]
-		if old != nil && old.udp != nil && !udpRebinds(old.cfg.Load(), &r) {
-			continue
-		}
-		var l *load
-		if c := p.carry[r.Name]; c != nil {
-			l = c.load
-		} else if old != nil && old.udp != nil {
-			l = old.load
-		}
-		rt := newRoute(s, r, l)
-		if err := rt.openUDP(rt.cfg.Load(), p.targets[r.Name]); err != nil {
-			return err
-		}
-		p.undo = append(p.undo, rt.stop)
-		p.udpNew[r.Name] = rt
-	}
-	return nil
-}
-
-// udpRebinds reports whether a UDP route configured as cur needs new
-// sockets to be configured as r.
-func udpRebinds(cur, r *Route) bool {
-	return r.Listen != cur.Listen || r.Workers != cur.Workers
-}
-
 // commit makes the prepared plan the running configuration. Nothing in
 // it fails.
 func (p *plan) commit(cfg Config) []handoff {
@@ -245,6 +192,7 @@ func (p *plan) commit(cfg Config) []handoff {
 		case r.Listen.Datagram():
 			old.update(r, p.targets[r.Name]) // resolved beforehand: no error
 			routes[r.Name] = old
+			p.resizeUDP(old)
 		case old != nil && old.udp == nil:
 			old.update(r, nil)
 			routes[r.Name] = old
@@ -259,6 +207,16 @@ func (p *plan) commit(cfg Config) []handoff {
 			if p.carry == nil {
 				s.log.Info("route added", "route", r.Name, "listen", r.Listen.String(), "targets", rt.targets().String())
 			}
+		}
+	}
+	// The UDP routes that replace others read their new sockets before
+	// the old ones stop.
+	for _, rt := range p.udpNew {
+		rt.serve()
+	}
+	for name, old := range s.routes {
+		if old.udp != nil && routes[name] != old {
+			old.handOver(routes[name])
 		}
 	}
 	for name, rt := range s.routes {
@@ -323,55 +281,5 @@ func (p *plan) commit(cfg Config) []handoff {
 	}
 	s.fronts = p.fronts
 	s.routes = routes
-	for _, rt := range p.udpNew {
-		rt.serve()
-	}
 	return queue
-}
-
-// resolveUDPTargets resolves the targets of cfg's UDP routes that are new
-// or changed, before Update takes s.mu: a slow DNS answer must not stall
-// accepts, the ends of relays and Stats on every route meanwhile. A route
-// whose target is unchanged keeps the address it resolved before.
-func (s *Server) resolveUDPTargets(cfg Config) map[string]*resolved {
-	cur := map[string]udpAddrs{}
-	s.mu.Lock()
-	for name, rt := range s.routes {
-		if rt.udp != nil {
-			cur[name] = *rt.udp.to.Load()
-		}
-	}
-	s.mu.Unlock()
-	out := map[string]*resolved{}
-	for i := range cfg.Routes {
-		r := &cfg.Routes[i]
-		if !r.Listen.Datagram() {
-			continue
-		}
-		to, err := resolveTargets(r, cur[r.Name])
-		out[r.Name] = &resolved{to, err}
-	}
-	return out
-}
-
-// restore opens again old, a UDP route a failed reload stopped, with its
-// settings and load, where it listened before: on the same port if it
-// asked for port 0. The address was just freed, so this fails only if
-// something else took it meanwhile; then the route is gone until an
-// Update adds it again.
-func (s *Server) restore(old *route) {
-	r := *old.cfg.Load()
-	back := newRoute(s, r, old.load)
-	if as := old.addrs(); r.Listen.port() == 0 && len(as) > 0 {
-		host, _, _ := net.SplitHostPort(r.Listen.Address)
-		_, port, _ := net.SplitHostPort(as[0].String())
-		r.Listen.Address = net.JoinHostPort(host, port)
-	}
-	if err := back.openUDP(&r, &resolved{to: *old.udp.to.Load()}); err != nil {
-		s.log.Error("route stopped by a failed reload, and listening again as before failed; route removed", "route", old.name, "err", err)
-		delete(s.routes, old.name)
-		return
-	}
-	back.serve()
-	s.routes[old.name] = back
 }

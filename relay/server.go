@@ -103,10 +103,19 @@ func (s *Server) sortedNames() []string {
 // stream connections are never touched: they finish under the settings
 // they started with, and still count against their route's limits. A UDP
 // route's new target likewise takes new sessions while those under way
-// keep theirs, but the sessions of a removed UDP route, or of one whose
-// listen address or workers change, end with it, since their replies
-// leave through its socket (the datagrams queued on it are relayed
-// first).
+// keep theirs.
+//
+// A UDP reload loses no datagram. A UDP route whose listen address stays
+// keeps its sockets and sessions; more workers add sockets to their
+// SO_REUSEPORT group, fewer steer new datagrams to the sockets that stay
+// (a BPF program on the group) and retire the others once they have
+// relayed what they hold (where the kernel refuses the program, the
+// surplus sockets stay open, and a warning says so). A UDP route whose
+// listen address changes opens its new sockets first, sharing the port
+// with the old ones where needed (SO_REUSEPORT, Linux), and the old ones
+// stop only then, relaying the datagrams queued on them; the sessions of
+// a moved or removed UDP route end with it, since their replies leave
+// through its sockets.
 //
 // A stream reload loses no client: routes sharing a listen address
 // change by swapping the route table of the address's listening sockets,
@@ -333,10 +342,11 @@ func (rt *route) swapTargets(r *Route) *targetSet {
 
 // openUDP binds a UDP route's sockets as r says: r is rt's config, or for
 // a route put back by restore, a copy with the port it had. tg is r's
-// target, resolved beforehand, or nil to resolve it here.
-func (rt *route) openUDP(r *Route, tg *resolved) error {
+// target, resolved beforehand, or nil to resolve it here. reuse puts the
+// sockets in a SO_REUSEPORT group even when there is one.
+func (rt *route) openUDP(r *Route, tg *resolved, reuse bool) error {
 	var err error
-	rt.udp, err = listenUDP(rt, r, tg)
+	rt.udp, err = listenUDP(rt, r, tg, reuse)
 	if err != nil {
 		return fmt.Errorf("route %q: %w", rt.name, err)
 	}
@@ -358,11 +368,7 @@ func (rt *route) addrs() []net.Addr {
 func (rt *route) serve() {
 	rt.targets().startChecks(rt.srv)
 	if rt.udp != nil {
-		for _, ln := range rt.udp.lns {
-			rt.srv.serveWG.Add(1)
-			rt.udp.readers.Add(1)
-			go rt.udp.run(ln)
-		}
+		rt.udp.serve(rt.udp.lns)
 	}
 }
 

@@ -189,7 +189,7 @@ func TestUDPBuffer(t *testing.T) {
 			u := s.routes["u"].udp
 			s.mu.Unlock()
 			u.mu.Lock()
-			conns := map[string]*udp.Conn{"listening": u.lns[0]}
+			conns := map[string]*udp.Conn{"listening": u.lns[0].Conn}
 			for _, ss := range u.sessions {
 				conns["session"] = ss.up
 			}

@@ -28,9 +28,10 @@ const (
 // SO_REUSEPORT group, each with its own reader; the kernel hashes each
 // client to one of them, and the sessions are shared.
 type udpRoute struct {
-	rt  *route
-	lns []*udp.Conn
-	to  atomic.Pointer[udpAddrs] // the targets' addresses; Update may change them
+	rt    *route
+	lns   []*udpSock               // under the Server's mu
+	first atomic.Pointer[udp.Conn] // lns[0], which a shrink keeps
+	to    atomic.Pointer[udpAddrs] // the targets' addresses; Update may change them
 
 	readers  sync.WaitGroup // the run goroutines
 	stopping atomic.Bool    // close has begun: readers relay what is queued and exit
@@ -38,6 +39,13 @@ type udpRoute struct {
 	mu       sync.Mutex
 	sessions map[sessionKey]*session
 	closed   bool
+}
+
+// udpSock is one of a route's listening sockets, with its reader's state.
+type udpSock struct {
+	*udp.Conn
+	retire atomic.Bool   // the socket leaves the route: its reader drains it and exits
+	done   chan struct{} // closed when its reader has exited
 }
 
 // update applies a reload's r to the route's sockets: new sessions go to
@@ -66,26 +74,41 @@ func (u *udpRoute) update(cur, r *Route, res *resolved) error {
 	return nil
 }
 
-func listenUDP(rt *route, r *Route, res *resolved) (*udpRoute, error) {
+// listenUDP opens the sockets of a UDP route configured as r. reuse puts
+// even a lone socket in a SO_REUSEPORT group, so that it can share its
+// port with the sockets of a route it replaces.
+func listenUDP(rt *route, r *Route, res *resolved, reuse bool) (*udpRoute, error) {
 	to, err := res.get(r)
-	if err != nil {
-		return nil, err
-	}
-	la, err := net.ResolveUDPAddr(r.Listen.Network, r.Listen.Address)
-	if err != nil {
-		return nil, err
-	}
-	lc, err := listenConfig(r)
 	if err != nil {
 		return nil, err
 	}
 	u := &udpRoute{rt: rt, sessions: map[sessionKey]*session{}}
 	u.to.Store(&to)
-	addr := la.String()
-	for range r.Workers {
+	u.lns, err = openUDPSocks(r, r.Listen.Address, r.Workers, reuse || r.Workers > 1)
+	if err != nil {
+		return nil, err
+	}
+	u.first.Store(u.lns[0].Conn)
+	return u, nil
+}
+
+// openUDPSocks opens n listening sockets for r at addr, in one
+// SO_REUSEPORT group if reuse is set.
+func openUDPSocks(r *Route, addr string, n int, reuse bool) ([]*udpSock, error) {
+	la, err := net.ResolveUDPAddr(r.Listen.Network, addr)
+	if err != nil {
+		return nil, err
+	}
+	lc, err := listenConfigReuse(reuse)
+	if err != nil {
+		return nil, err
+	}
+	addr = la.String()
+	var lns []*udpSock
+	for range n {
 		pc, err := lc.ListenPacket(context.Background(), r.Listen.Network, addr)
 		if err != nil {
-			u.closeListeners()
+			closeUDPSocks(lns)
 			return nil, err
 		}
 		addr = pc.LocalAddr().String() // port 0 becomes the port the others share
@@ -100,12 +123,18 @@ func listenUDP(rt *route, r *Route, res *resolved) (*udpRoute, error) {
 		})
 		if err != nil {
 			pc.Close()
-			u.closeListeners()
+			closeUDPSocks(lns)
 			return nil, err
 		}
-		u.lns = append(u.lns, ln)
+		lns = append(lns, &udpSock{Conn: ln, done: make(chan struct{})})
 	}
-	return u, nil
+	return lns, nil
+}
+
+func closeUDPSocks(lns []*udpSock) {
+	for _, ln := range lns {
+		ln.Close()
+	}
 }
 
 func (u *udpRoute) addrs() []net.Addr {
@@ -116,9 +145,14 @@ func (u *udpRoute) addrs() []net.Addr {
 	return as
 }
 
-func (u *udpRoute) closeListeners() {
-	for _, ln := range u.lns {
-		ln.Close()
+func (u *udpRoute) closeListeners() { closeUDPSocks(u.lns) }
+
+// serve starts a reader on each of lns.
+func (u *udpRoute) serve(lns []*udpSock) {
+	for _, ln := range lns {
+		u.rt.srv.serveWG.Add(1)
+		u.readers.Add(1)
+		go u.run(ln)
 	}
 }
 
@@ -143,20 +177,21 @@ func (u *udpRoute) close() {
 // run reads client datagrams from ln in batches and forwards each to its
 // session's upstream socket, one WriteBatch per session per batch (GSO
 // coalesces equal-sized runs).
-func (u *udpRoute) run(ln *udp.Conn) {
+func (u *udpRoute) run(ln *udpSock) {
 	defer u.rt.srv.serveWG.Done()
 	defer u.readers.Done()
+	defer close(ln.done)
 	st := &u.rt.st
 	msgs := make([]udp.Message, udpBatch)
 	for i := range msgs {
 		msgs[i].Buf = make([]byte, maxDatagram)
 	}
-	var touched []*session
+	sc := &readScratch{sess: make([]*session, 0, udpBatch), out: make([]udp.Message, 0, udpBatch)}
 	for {
 		n, err := ln.ReadBatch(msgs)
 		if err != nil {
-			if u.stopping.Load() {
-				u.drain(ln, msgs, touched)
+			if u.stopping.Load() || ln.retire.Load() {
+				u.drain(ln.Conn, msgs, sc)
 				return
 			}
 			if errors.Is(err, net.ErrClosed) {
@@ -171,53 +206,66 @@ func (u *udpRoute) run(ln *udp.Conn) {
 			}
 			continue
 		}
-		touched = u.relayBatch(ln, msgs[:n], touched)
+		u.relayBatch(ln.Conn, msgs[:n], sc)
 	}
 }
 
 // drain relays what ln still holds once the route is stopping: the
 // datagrams a ReadBatch left pending and those queued on the socket, up
 // to maxDrained, without waiting for more.
-func (u *udpRoute) drain(ln *udp.Conn, msgs []udp.Message, touched []*session) {
+func (u *udpRoute) drain(ln *udp.Conn, msgs []udp.Message, sc *readScratch) {
 	for done := 0; done < maxDrained; {
 		n, err := ln.ReadQueued(msgs)
 		if n == 0 || err != nil {
 			return
 		}
-		touched = u.relayBatch(ln, msgs[:n], touched)
+		u.relayBatch(ln, msgs[:n], sc)
 		done += n
 	}
 }
 
 // relayBatch forwards the client datagrams in msgs, read from ln, to their
-// sessions, one WriteBatch per session. touched is scratch, returned for
-// reuse.
-func (u *udpRoute) relayBatch(ln *udp.Conn, msgs []udp.Message, touched []*session) []*session {
+// sessions, one WriteBatch per session, in the order they came. sc is the
+// reader's scratch. A session's datagrams may reach several readers at
+// once (a reload steering the sockets of its group), so what a batch
+// gathers for a session is the reader's, not the session's.
+func (u *udpRoute) relayBatch(ln *udp.Conn, msgs []udp.Message, sc *readScratch) {
 	st := &u.rt.st
 	now := time.Now().UnixNano()
 	r := u.rt.cfg.Load()
+	sc.sess = sc.sess[:0]
 	for i := range msgs {
 		m := &msgs[i]
+		var s *session
 		if m.Truncated {
 			st.udpDropTruncated.Add(1)
-			continue
+		} else {
+			s = u.session(r, ln, m, now, 1)
 		}
-		s := u.session(r, ln, m, now, 1)
+		sc.sess = append(sc.sess, s)
+	}
+	for i, s := range sc.sess {
 		if s == nil {
 			continue
 		}
-		if len(s.out) == 0 {
-			touched = append(touched, s)
+		for j := i; j < len(sc.sess); j++ {
+			if sc.sess[j] == s {
+				sc.out = append(sc.out, udp.Message{Buf: msgs[j].Buf[:msgs[j].N]})
+				sc.sess[j] = nil
+			}
 		}
-		s.out = append(s.out, udp.Message{Buf: m.Buf[:m.N]})
+		u.forward(r, s, sc.out)
+		clear(sc.out)
+		sc.out = sc.out[:0]
 	}
-	for _, s := range touched {
-		u.forward(r, s, s.out)
-		clear(s.out)
-		s.out = s.out[:0]
-	}
-	clear(touched)
-	return touched[:0]
+	clear(sc.sess)
+}
+
+// readScratch is a reader's per-batch scratch: each datagram's session,
+// and the datagrams of one session.
+type readScratch struct {
+	sess []*session
+	out  []udp.Message
 }
 
 // forward sends msgs, the client's datagrams that a batch found s for, to
@@ -233,7 +281,7 @@ func (u *udpRoute) forward(r *Route, s *session, msgs []udp.Message) {
 		// new one (unless the route is closing), and the datagrams go on
 		// as if they had come a moment later.
 		m := udp.Message{Addr: s.client, Local: s.local, IfIndex: s.ifidx}
-		s2 := u.session(r, s.ln, &m, time.Now().UnixNano(), uint64(len(msgs)-sent))
+		s2 := u.session(r, s.ln.Load(), &m, time.Now().UnixNano(), uint64(len(msgs)-sent))
 		if s2 == nil { // dropped, and counted by session under its reason
 			st.udpPacketsUp.Add(uint64(sent))
 			return
@@ -254,4 +302,51 @@ func (u *udpRoute) forward(r *Route, s *session, msgs []udp.Message) {
 			s.failover(err)
 		}
 	}
+}
+
+// grow adds more, sockets just opened in the SO_REUSEPORT group of u's,
+// to the route and starts their readers; the sessions go on. The group's
+// steering, if a shrink set it, then covers every socket.
+func (u *udpRoute) grow(more []*udpSock) {
+	u.serve(more)
+	u.lns = append(u.lns, more...)
+	if err := steerUDP(u.lns[0], 0, len(u.lns)); err != nil {
+		u.rt.srv.log.Debug("UDP sockets not steered; the kernel's hash spreads clients", "route", u.rt.name, "err", err)
+	}
+}
+
+// shrink retires the sockets of u past the first m, losing no datagram:
+// the kernel is told to give new datagrams only to the first m, the
+// surplus sockets' readers relay what those still hold and exit, and
+// their sessions move to a socket that stays (replies leave from the
+// same address). Where the kernel refuses the steering, the surplus
+// sockets stay open, since closing them would drop what arrives on them
+// meanwhile; shrink reports whether it closed them.
+func (u *udpRoute) shrink(m int) bool {
+	if err := steerUDP(u.lns[0], 0, m); err != nil {
+		u.rt.srv.log.Warn("workers lowered, but the surplus UDP sockets stay open until the address changes: closing them would drop datagrams", "route", u.rt.name, "sockets", len(u.lns), "workers", m, "err", err)
+		return false
+	}
+	gone := u.lns[m:]
+	u.lns = u.lns[:m:m]
+	for _, ln := range gone {
+		ln.retire.Store(true)
+		ln.SetReadDeadline(time.Unix(1, 0)) // wakes a blocked ReadBatch
+	}
+	for _, ln := range gone {
+		<-ln.done
+	}
+	stay := u.lns[0].Conn
+	u.mu.Lock()
+	for _, s := range u.sessions {
+		ln := s.ln.Load()
+		for _, g := range gone {
+			if ln == g.Conn {
+				s.ln.Store(stay)
+			}
+		}
+	}
+	u.mu.Unlock()
+	closeUDPSocks(gone)
+	return true
 }

@@ -291,7 +291,7 @@ func TestUDPWorkers(t *testing.T) {
 	u.mu.Lock()
 	used := map[*udp.Conn]bool{}
 	for _, ss := range u.sessions {
-		used[ss.ln] = true
+		used[ss.ln.Load()] = true
 	}
 	u.mu.Unlock()
 	if len(used) < 2 {

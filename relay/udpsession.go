@@ -37,7 +37,7 @@ type sessionKey struct {
 // the route's readers forward the client's datagrams to up.
 type session struct {
 	u      *udpRoute
-	ln     *udp.Conn // the listening socket replies leave from
+	ln     atomic.Pointer[udp.Conn] // the listening socket replies leave from
 	client netip.AddrPort
 	local  netip.Addr // the address the client sent to: replies leave from it
 	ifidx  int
@@ -46,7 +46,6 @@ type session struct {
 	rc     syscall.RawConn
 	reply  replyState   // the Linux read callback's state; session goroutine only
 	last   atomic.Int64 // unix nanoseconds of the last datagram either way
-	out    []udp.Message
 }
 
 // session returns the client's session, marked used at now, creating it if
@@ -93,7 +92,8 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 	u.mu.Lock()
 	other, drop := u.lookup(key, r, now)
 	if other == nil && drop == nil {
-		s = &session{u: u, b: b, ln: ln, client: m.Addr, local: m.Local, ifidx: m.IfIndex, up: up, rc: rc}
+		s = &session{u: u, b: b, client: m.Addr, local: m.Local, ifidx: m.IfIndex, up: up, rc: rc}
+		s.ln.Store(ln)
 		s.last.Store(now)
 		u.sessions[key] = s
 	}
@@ -258,7 +258,19 @@ func (s *session) sendReplies(b *batch, n int) bool {
 		}
 		out = append(out, udp.Message{Buf: m.Buf[:m.N], Addr: s.client, Local: s.local, IfIndex: s.ifidx})
 	}
-	sent, err := s.ln.WriteAll(out)
+	ln := s.ln.Load()
+	sent, err := ln.WriteAll(out)
+	if errors.Is(err, net.ErrClosed) {
+		// A reload that lowered the route's workers closed the socket
+		// (udpRoute.shrink): the replies leave from one that stays,
+		// bound to the same address.
+		if ln2 := s.u.first.Load(); ln2 != ln {
+			s.ln.Store(ln2)
+			var n int
+			n, err = ln2.WriteAll(out[sent:])
+			sent += n
+		}
+	}
 	st.udpPacketsDown.Add(uint64(sent))
 	if err != nil {
 		st.udpDropWrite.Add(uint64(len(out) - sent))

@@ -1,0 +1,209 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"syscall"
+)
+
+// A UDP route's reload loses no datagram. A route whose listen address
+// stays keeps its sockets and its sessions; a change of workers adds
+// sockets to their SO_REUSEPORT group or retires the surplus ones
+// (udpRoute.grow, udpRoute.shrink). A route that moves opens its new
+// sockets first, sharing the port with the old ones if it must, and the
+// old ones stop only once the new ones are read, relaying what they still
+// hold (udpRoute.close).
+
+// prepareUDP opens what cfg's UDP routes need while every running route
+// goes on: the sockets of routes that are new or move, and those a kept
+// route's higher workers add. Undo closes them.
+func (p *plan) prepareUDP(cfg Config) error {
+	s := p.s
+	kept := map[string]bool{} // running UDP routes whose sockets stay
+	for _, r := range cfg.Routes {
+		if old := s.routes[r.Name]; r.Listen.Datagram() && old != nil && old.udp != nil && old.cfg.Load().Listen == r.Listen {
+			kept[r.Name] = true
+		}
+	}
+	for _, r := range cfg.Routes {
+		if !r.Listen.Datagram() {
+			continue
+		}
+		old := s.routes[r.Name]
+		if kept[r.Name] {
+			if err := p.growUDP(old, &r); err != nil {
+				return fmt.Errorf("route %q: %w", r.Name, err)
+			}
+			continue
+		}
+		var l *load
+		if c := p.carry[r.Name]; c != nil {
+			l = c.load
+		} else if old != nil && old.udp != nil {
+			l = old.load
+			// newRoute gives the shared load r's target set; the old
+			// route goes on with its own if the reload is undone.
+			p.undo = append(p.undo, func() { old.swapTargets(old.cfg.Load()).startChecks(s) })
+		}
+		rt := newRoute(s, r, l)
+		if err := p.openUDP(rt, kept); err != nil {
+			return err
+		}
+		p.undo = append(p.undo, rt.stop)
+		p.udpNew[r.Name] = rt
+	}
+	return nil
+}
+
+// growUDP prepares a kept UDP route for r's workers: the sockets a larger
+// number needs join the group of those there are, which a socket opened
+// alone joins once the option is set on it (Linux); a smaller number is
+// applied by commit.
+func (p *plan) growUDP(rt *route, r *Route) error {
+	u := rt.udp
+	n := len(u.lns)
+	switch {
+	case r.Workers > n:
+		for _, ln := range u.lns {
+			if err := reusePortUDP(ln); err != nil {
+				return err
+			}
+		}
+		more, err := openUDPSocks(r, u.lns[0].LocalAddr().String(), r.Workers-n, true)
+		if err != nil {
+			return err
+		}
+		p.undo = append(p.undo, func() { closeUDPSocks(more) })
+		p.udpGrow[rt] = more
+	case r.Workers < n:
+		p.udpLess[rt] = r.Workers
+	}
+	return nil
+}
+
+// resizeUDP gives a kept UDP route, in commit, the workers prepareUDP
+// prepared.
+func (p *plan) resizeUDP(rt *route) {
+	u := rt.udp
+	m, less := p.udpLess[rt]
+	switch more := p.udpGrow[rt]; {
+	case more != nil:
+		u.grow(more)
+	case less && u.shrink(m):
+	default:
+		return
+	}
+	rt.srv.log.Info("listening", "route", rt.name, "listen", u.lns[0].LocalAddr().String(), "targets", rt.targets().String(), "workers", len(u.lns))
+}
+
+// openUDP opens the sockets of rt, a UDP route that is new or moves. If
+// its port is held by a running UDP route this reload replaces (a move
+// between the wildcard and a specific address of one port, or port 0
+// made explicit), the two share the port in SO_REUSEPORT groups until
+// the old one stops (Linux); elsewhere the old route stops first, and is
+// put back if the reload is undone.
+func (p *plan) openUDP(rt *route, kept map[string]bool) error {
+	s := p.s
+	r := rt.cfg.Load()
+	tg := p.targets[r.Name]
+	err := rt.openUDP(r, tg, false)
+	if err == nil || !errors.Is(err, syscall.EADDRINUSE) {
+		return err
+	}
+	var olds []*route
+	for _, name := range s.sortedNames() {
+		o := s.routes[name]
+		if o.udp != nil && !kept[name] && len(o.udp.lns) > 0 && o.udp.lns[0].LocalAddr().(*net.UDPAddr).Port == r.Listen.port() {
+			olds = append(olds, o)
+		}
+	}
+	if len(olds) == 0 {
+		return err
+	}
+	if reusePortSupported() == nil {
+		for _, o := range olds {
+			for _, ln := range o.udp.lns {
+				if reusePortUDP(ln) != nil {
+					return err
+				}
+			}
+		}
+		return rt.openUDP(r, tg, true)
+	}
+	for _, o := range olds {
+		o.stop()
+		p.undo = append(p.undo, func() { s.restore(o) })
+	}
+	return rt.openUDP(r, tg, false)
+}
+
+// handOver stops rt, a UDP route that a reload replaced by next (nil if
+// removed) or moved, once next's sockets are read. If next's sockets
+// joined rt's SO_REUSEPORT group (the same address), the kernel is told
+// to give new datagrams to them only before rt's sockets stop, so that
+// none reaches a socket on its way out; what rt's sockets hold is relayed
+// as they stop.
+func (rt *route) handOver(next *route) {
+	u := rt.udp
+	var nu *udpRoute
+	if next != nil {
+		nu = next.udp
+	}
+	steered := false
+	if nu != nil && len(u.lns) > 0 && len(nu.lns) > 0 && u.lns[0].LocalAddr().String() == nu.lns[0].LocalAddr().String() {
+		steered = steerUDP(u.lns[0], len(u.lns), len(nu.lns)) == nil
+	}
+	rt.stop()
+	if steered {
+		// rt's sockets left the group, and next's took their places.
+		steerUDP(nu.lns[0], 0, len(nu.lns))
+	}
+}
+
+// resolveUDPTargets resolves the targets of cfg's UDP routes that are new
+// or changed, before Update takes s.mu: a slow DNS answer must not stall
+// accepts, the ends of relays and Stats on every route meanwhile. A route
+// whose target is unchanged keeps the address it resolved before.
+func (s *Server) resolveUDPTargets(cfg Config) map[string]*resolved {
+	cur := map[string]udpAddrs{}
+	s.mu.Lock()
+	for name, rt := range s.routes {
+		if rt.udp != nil {
+			cur[name] = *rt.udp.to.Load()
+		}
+	}
+	s.mu.Unlock()
+	out := map[string]*resolved{}
+	for i := range cfg.Routes {
+		r := &cfg.Routes[i]
+		if !r.Listen.Datagram() {
+			continue
+		}
+		to, err := resolveTargets(r, cur[r.Name])
+		out[r.Name] = &resolved{to, err}
+	}
+	return out
+}
+
+// restore opens again old, a UDP route a failed reload stopped, with its
+// settings and load, where it listened before: on the same port if it
+// asked for port 0. The address was just freed, so this fails only if
+// something else took it meanwhile; then the route is gone until an
+// Update adds it again.
+func (s *Server) restore(old *route) {
+	r := *old.cfg.Load()
+	back := newRoute(s, r, old.load)
+	if as := old.addrs(); r.Listen.port() == 0 && len(as) > 0 {
+		host, _, _ := net.SplitHostPort(r.Listen.Address)
+		_, port, _ := net.SplitHostPort(as[0].String())
+		r.Listen.Address = net.JoinHostPort(host, port)
+	}
+	if err := back.openUDP(&r, &resolved{to: *old.udp.to.Load()}, false); err != nil {
+		s.log.Error("route stopped by a failed reload, and listening again as before failed; route removed", "route", old.name, "err", err)
+		delete(s.routes, old.name)
+		return
+	}
+	back.serve()
+	s.routes[old.name] = back
+}

@@ -1,0 +1,256 @@
+package relay
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// seqTarget is a UDP echo target that records which numbered datagrams
+// (an 8-byte sequence number each) it received.
+type seqTarget struct {
+	c    *net.UDPConn
+	mu   sync.Mutex
+	seen map[uint64]bool
+}
+
+func newSeqTarget(t *testing.T) *seqTarget {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadBuffer(4 << 20)
+	c.SetWriteBuffer(4 << 20)
+	st := &seqTarget{c: c, seen: map[uint64]bool{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := c.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				return
+			}
+			if n == 8 {
+				st.mu.Lock()
+				st.seen[binary.BigEndian.Uint64(buf)] = true
+				st.mu.Unlock()
+			}
+			c.WriteToUDPAddrPort(buf[:n], from)
+		}
+	}()
+	t.Cleanup(func() { c.Close(); <-done })
+	return st
+}
+
+func (st *seqTarget) missing(seqs []uint64) []uint64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var out []uint64
+	for _, q := range seqs {
+		if !st.seen[q] {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// TestUDPRebindLosesNothing sends numbered datagrams from several clients
+// through a UDP route while 20 reloads replace or resize its listening
+// sockets, and checks that the target received every one. The clients
+// keep a bounded number in flight, so that no datagram is dropped for
+// want of buffer space on loopback. When the route's address stays
+// (workers 1 <-> 2), its sessions stay too, so every echo comes back as
+// well; a route that moves (a new socket on the same address) ends its
+// sessions, and the echoes in flight then may not.
+func TestUDPRebindLosesNothing(t *testing.T) {
+	if err := reusePortSupported(); err != nil {
+		t.Skip(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		echoes bool
+		next   func(i int, r *Route)
+	}{
+		{"workers", true, func(i int, r *Route) { r.Workers = 1 + i%2 }},
+		{"network", false, func(i int, r *Route) { r.Listen.Network = []string{"udp", "udp4"}[i%2] }},
+		{"network-workers", false, func(i int, r *Route) {
+			r.Listen.Network = []string{"udp", "udp4"}[i%2]
+			r.Workers = 1 + i%2
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakCheck(t)
+			target := newSeqTarget(t)
+			base := func(addr string) Config {
+				return udpRoute0(addr, target.c.LocalAddr(), func(r *Route) { r.UDPBuffer = 4 << 20 })
+			}
+			ra := freeUDPPort(t)
+			s := startRelay(t, base(ra.String()))
+
+			const (
+				clients = 4
+				window  = 32      // datagrams a client has in flight at most
+				most    = 100_000 // per client: the loop's bound
+			)
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			sent := make([][]uint64, clients)
+			lostEchoes := make([]int, clients)
+			errs := make(chan error, clients)
+			for ci := range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, err := net.DialUDP("udp4", nil, ra)
+					if err != nil {
+						errs <- err
+						return
+					}
+					defer c.Close()
+					c.SetReadBuffer(4 << 20)
+					var got int
+					buf := make([]byte, 64)
+					read := func(d time.Duration) bool {
+						c.SetReadDeadline(time.Now().Add(d))
+						if _, err := c.Read(buf); err != nil {
+							return false
+						}
+						got++
+						return true
+					}
+					deadline := time.Now().Add(60 * time.Second) // hang guard
+				send:
+					for i := range most {
+						select {
+						case <-stop:
+							break send
+						default:
+						}
+						if time.Now().After(deadline) {
+							break
+						}
+						for len(sent[ci])-got >= window {
+							// An echo may be lost when a moving route
+							// ends its session; the window then
+							// shrinks by one, and a short wait
+							// lets the loop go on.
+							if !read(2 * time.Second) {
+								got++
+							}
+						}
+						q := uint64(ci)<<32 | uint64(i)
+						var b [8]byte
+						binary.BigEndian.PutUint64(b[:], q)
+						if _, err := c.Write(b[:]); err != nil {
+							errs <- fmt.Errorf("client %d, datagram %d: %v", ci, i, err)
+							return
+						}
+						sent[ci] = append(sent[ci], q)
+					}
+					for got < len(sent[ci]) && read(2*time.Second) {
+					}
+					lostEchoes[ci] = len(sent[ci]) - got
+				}()
+			}
+			cfg := base(ra.String())
+			for i := range 20 {
+				next := cfg
+				next.Routes = []Route{cfg.Routes[0]}
+				tc.next(i+1, &next.Routes[0])
+				if err := s.Update(next); err != nil {
+					t.Fatalf("reload %d: %v", i, err)
+				}
+				time.Sleep(20 * time.Millisecond) // let datagrams flow between reloads
+			}
+			close(stop)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			total := 0
+			for ci := range clients {
+				total += len(sent[ci])
+				if m := target.missing(sent[ci]); len(m) > 0 {
+					t.Errorf("client %d: %d of %d datagrams never reached the target (first %#x)", ci, len(m), len(sent[ci]), m[0])
+				}
+				if tc.echoes && lostEchoes[ci] > 0 {
+					t.Errorf("client %d: %d of %d echoes lost", ci, lostEchoes[ci], len(sent[ci]))
+				}
+			}
+			st := s.Stats().Routes[0]
+			t.Logf("%d datagrams over 20 reloads; drops: limit %d, write %d, truncated %d", total, st.DropsSessionLimit, st.DropsWriteError, st.DropsTruncated)
+			if total < 20*clients {
+				t.Fatalf("only %d datagrams sent", total)
+			}
+		})
+	}
+}
+
+// freeUDPPort returns a loopback address whose UDP port was free a moment
+// ago, so that a route's config names the port it binds.
+func freeUDPPort(t *testing.T) *net.UDPAddr {
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr)
+}
+
+// TestUDPReloadAllOrNothing: a reload with a UDP route that cannot bind
+// (its port taken by another program) is refused whole; the running
+// routes keep their sockets, sessions and settings.
+func TestUDPReloadAllOrNothing(t *testing.T) {
+	leakCheck(t)
+	e := udpEcho(t, "udp4", "127.0.0.1:0")
+	taken, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	ra := freeUDPPort(t)
+	cfg := udpRoute0(ra.String(), e.LocalAddr(), nil)
+	s := startRelay(t, cfg)
+	c, err := net.DialUDP("udp4", nil, ra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	roundTrip := func() {
+		t.Helper()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 16)
+		if n, err := c.Read(buf); err != nil || string(buf[:n]) != "ping" {
+			t.Fatalf("echo: %q, %v", buf[:n], err)
+		}
+	}
+	roundTrip()
+	next := udpRoute0(ra.String(), e.LocalAddr(), func(r *Route) { r.Workers = 2 })
+	bad := next.Routes[0]
+	bad.Name, bad.Listen.Address, bad.Workers = "v", taken.LocalAddr().String(), 1
+	next.Routes = append(next.Routes, bad)
+	if err := s.Update(next); err == nil {
+		t.Fatal("reload with an unbindable UDP route applied")
+	} else {
+		t.Log(err)
+	}
+	if as := s.Addrs("u"); len(as) != 1 {
+		t.Fatalf("route u has %d sockets after a refused reload, want 1", len(as))
+	}
+	if s.Addrs("v") != nil {
+		t.Fatal("route v exists after a refused reload")
+	}
+	roundTrip()
+	if st := s.Stats().Routes[0]; st.SessionsTotal != 1 {
+		t.Fatalf("%d sessions opened, want 1 kept over the refused reload", st.SessionsTotal)
+	}
+}
