@@ -63,7 +63,10 @@ func (ts *targetSet) checkLoop(b *backend) {
 	}
 	timeout := c.Timeout
 	if timeout <= 0 {
-		timeout = min(c.Interval, ts.dialTO)
+		timeout = c.Interval
+		if ts.dialTO > 0 { // 0: the dial timeout is never
+			timeout = min(timeout, ts.dialTO)
+		}
 	}
 	ctx := ts.ctx
 	t := time.NewTimer(0) // the first check at once

@@ -380,3 +380,26 @@ func TestHealthChecksStop(t *testing.T) {
 	}
 	waitFor(t, func() bool { return checkers() == 0 })
 }
+
+// TestTimeoutDefaults: 0 takes the documented default, Never turns the
+// dial and idle timeouts off.
+func TestTimeoutDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		dial, idle         time.Duration
+		wantDial, wantIdle time.Duration
+	}{
+		{0, 0, DefaultDialTimeout, DefaultIdleTimeout},
+		{Never, Never, 0, 0}, // 0 inside: no timeout
+		{time.Second, time.Minute, time.Second, time.Minute},
+	} {
+		r := Route{Name: "r", Listen: Addr{"tcp", "127.0.0.1:0"}, Target: Addr{"tcp", "127.0.0.1:9"}, DialTimeout: tc.dial, IdleTimeout: tc.idle}
+		s, err := New(Config{Routes: []Route{r}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := s.routes["r"].cfg.Load()
+		if got.DialTimeout != tc.wantDial || got.IdleTimeout != tc.wantIdle {
+			t.Errorf("dial %v idle %v: in force %v and %v, want %v and %v", tc.dial, tc.idle, got.DialTimeout, got.IdleTimeout, tc.wantDial, tc.wantIdle)
+		}
+	}
+}
