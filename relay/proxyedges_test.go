@@ -131,3 +131,29 @@ func (c *headerFirst) Write(b []byte) (int, error) {
 	}
 	return c.Conn.Write(b)
 }
+
+// TestSNIFailover: a route chosen by SNI whose first target is down gives
+// the client to its next target, with the ClientHello already read from
+// the client sent there whole (after the PROXY header the route sends).
+func TestSNIFailover(t *testing.T) { forEachEngine(t, testSNIFailover) }
+
+func testSNIFailover(t *testing.T) {
+	leakCheck(t)
+	a := startTLSBackend(t, true, "a.example")
+	d := startTLSBackend(t, false, "default.example")
+	listen := freePort(t)
+	l := Addr{Network: "tcp", Address: listen}
+	s := startRelay(t, Config{Routes: []Route{
+		{Name: "a", Listen: l, SNI: []string{"a.example"}, SendProxy: 2,
+			Targets: []Target{{deadAddr(t), 1}, {a.addr, 1}, {deadAddr(t), 1}}},
+		{Name: "default", Listen: l, Target: d.addr},
+	}})
+	for range 6 {
+		tlsRoundTrip(t, listen, nil, &tls.Config{ServerName: "a.example", RootCAs: a.pool()}, a, 20000)
+	}
+	for _, r := range s.Stats().Routes {
+		if r.Name == "a" && (r.Accepted != 6 || r.DialErrors != 0) {
+			t.Errorf("route a: %d accepted, %d clients failed", r.Accepted, r.DialErrors)
+		}
+	}
+}
