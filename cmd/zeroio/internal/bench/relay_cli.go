@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"testing"
 )
 
 // ZeroioCommand is the path of a zeroio executable whose `relay`
@@ -49,6 +50,14 @@ func zeroioImpls(sc Scale) []string {
 		}
 	}
 	return impls
+}
+
+// skipWithoutZeroio skips b, a zeroio cell, when there is no zeroio
+// executable to run.
+func skipWithoutZeroio(b *testing.B, impl string) {
+	if strings.HasPrefix(impl, "zeroio") && ZeroioCommand == "" {
+		skip(b, "no zeroio executable to run (zeroio bench runs itself; go test builds one or takes $ZEROIO_COMMAND)")
+	}
 }
 
 // startZeroio runs `zeroio relay` with args (listen and target, or -c

@@ -74,6 +74,7 @@ func relayHTTPCases(sc Scale) []Case {
 }
 
 func runRelayHTTP(b *testing.B, impl string, l httpLoad, secs int) {
+	skipWithoutZeroio(b, impl)
 	ng, err := startNginx()
 	if err != nil {
 		fatal(b, err)

@@ -75,6 +75,7 @@ func relayTLSCases(sc Scale) []Case {
 }
 
 func runRelayTLS(b *testing.B, impl string, sni bool, secs int) {
+	skipWithoutZeroio(b, impl)
 	cert, err := tlsCert()
 	if err != nil {
 		fatal(b, err)
