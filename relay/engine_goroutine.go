@@ -276,30 +276,51 @@ func (p *pair) end() {
 // lists, per-client limit) and dials the target. It reports whether to
 // relay; if not, it has closed what it opened.
 func (p *pair) connect() bool {
+	src, dst, ok := p.policy()
+	if !ok {
+		p.client.Close()
+		return false
+	}
+	t, ok := p.dial(src)
+	if !ok {
+		return false
+	}
+	if err := p.prelude(t, src, dst); err != nil {
+		p.rt.st.errCopy.Add(1)
+		p.client.Close()
+		t.Close()
+		return false
+	}
+	p.rt.srv.log.Debug("relaying", "route", p.rt.name, "client", src)
+	return true
+}
+
+// policy applies the route's policy to the client: the PROXY header
+// (unless the front read it), the access lists and the per-client limit.
+// It returns the client's address and the one it connected to, as the
+// header gives them if there is one; on false the caller closes the
+// client.
+func (p *pair) policy() (src, dst netip.AddrPort, ok bool) {
 	rt, r := p.rt, p.cfg
 	log := rt.srv.log
 	setKeepAlive(p.client, r.KeepAlive)
-	src := addrPort(p.client.RemoteAddr())
-	dst := addrPort(p.client.LocalAddr())
+	src = addrPort(p.client.RemoteAddr())
+	dst = addrPort(p.client.LocalAddr())
 	if r.AcceptProxy && !p.pk.proxied {
 		if len(r.TrustedProxies) > 0 && (!src.IsValid() || !contains(r.TrustedProxies, src.Addr())) {
 			rt.st.denied.Add(1)
 			log.Debug("untrusted PROXY peer", "route", rt.name, "client", src)
-			p.client.Close()
-			return false
+			return src, dst, false
 		}
 		p.client.SetReadDeadline(time.Now().Add(r.ProxyHeaderTimeout))
 		h, err := proxyproto.ReadHeader(p.client)
 		p.client.SetReadDeadline(time.Time{})
 		if err != nil {
-			if p.isAborted() { // Close or the shutdown deadline closed the client
-				p.client.Close()
-				return false
+			if !p.isAborted() { // else Close or the shutdown deadline closed the client
+				rt.st.errProxy.Add(1)
+				log.Info("bad PROXY header", "route", rt.name, "client", src, "err", err)
 			}
-			rt.st.errProxy.Add(1)
-			log.Info("bad PROXY header", "route", rt.name, "client", src, "err", err)
-			p.client.Close()
-			return false
+			return src, dst, false
 		}
 		p.pk.proxied, p.pk.hdr = true, h
 	}
@@ -309,19 +330,23 @@ func (p *pair) connect() bool {
 	if !allowed(r.Allow, r.Deny, src.Addr()) {
 		rt.st.denied.Add(1)
 		log.Debug("client denied", "route", rt.name, "client", src)
-		p.client.Close()
-		return false
+		return src, dst, false
 	}
 	p.clientIP = src.Addr()
 	if !rt.admitClient(p) {
 		rt.st.overLimit.Add(1)
 		log.Debug("client over its connection limit", "route", rt.name, "client", src)
-		p.client.Close()
-		return false
+		return src, dst, false
 	}
+	return src, dst, true
+}
 
-	// abort cancels the dial, so that Close and Shutdown's deadline do not
-	// wait out DialTimeout for a target that does not answer.
+// dial connects to one of the route's targets (dialTarget). abort
+// cancels the dial, so that Close and Shutdown's deadline do not wait out
+// DialTimeout for a target that does not answer. On false it has closed
+// what it opened.
+func (p *pair) dial(src netip.AddrPort) (net.Conn, bool) {
+	rt := p.rt
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	p.mu.Lock()
@@ -329,10 +354,10 @@ func (p *pair) connect() bool {
 	aborted := p.aborted
 	p.mu.Unlock()
 	if aborted { // Shutdown closed the client already
-		return false
+		return nil, false
 	}
 	p.src = src
-	t, b, err := rt.dialTarget(ctx, r, p.clientIP)
+	t, b, err := rt.dialTarget(ctx, p.cfg, p.clientIP)
 	p.mu.Lock()
 	if err == nil {
 		p.target, p.b = t, b
@@ -344,14 +369,22 @@ func (p *pair) connect() bool {
 		if t != nil {
 			t.Close()
 		}
-		return false
+		return nil, false
 	}
 	if err != nil {
 		rt.st.errDial.Add(1)
 		rt.logEnd(src, nil, 0, 0, p.start, endNoTarget)
 		p.client.Close()
-		return false
+		return nil, false
 	}
+	return t, true
+}
+
+// prelude sets Nagle if asked and writes to the target what goes before
+// the client's bytes: the PROXY header, then the bytes read to choose
+// the route (the ClientHello, and what came with it), unchanged.
+func (p *pair) prelude(t net.Conn, src, dst netip.AddrPort) error {
+	r := p.cfg
 	if r.Nagle {
 		setNoDelay(p.client, false)
 		setNoDelay(t, false)
@@ -364,28 +397,17 @@ func (p *pair) connect() bool {
 			hdr = proxyproto.AppendV2(make([]byte, 0, 52), proxyproto.Stream, src, dst)
 		}
 		if _, err := t.Write(hdr); err != nil {
-			rt.st.errCopy.Add(1)
-			p.client.Close()
-			t.Close()
-			return false
+			return err
 		}
 	}
-	// The bytes read to choose the route (the ClientHello, and what came
-	// with it) go first, unchanged.
 	if len(p.pk.pre) > 0 {
 		n, err := t.Write(p.pk.pre)
-		rt.st.bytesUp.Add(uint64(n))
+		p.rt.st.bytesUp.Add(uint64(n))
 		p.up += uint64(n)
 		p.pk.pre = nil
-		if err != nil {
-			rt.st.errCopy.Add(1)
-			p.client.Close()
-			t.Close()
-			return false
-		}
+		return err
 	}
-	log.Debug("relaying", "route", rt.name, "client", src)
-	return true
+	return nil
 }
 
 // relay copies both directions until both end, then closes both sides.
