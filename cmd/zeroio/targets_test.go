@@ -7,8 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -122,5 +124,68 @@ func TestThreeTargetsOneDown(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+}
+
+// nameServer is a TCP backend that sends its name and a newline, then
+// echoes.
+func nameServer(t *testing.T, name string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				io.WriteString(c, name+"\n")
+				io.Copy(c, c)
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// TestReloadTargets: SIGHUP adds, removes and reweights a route's
+// targets; a connection to a removed target goes on undisturbed.
+func TestReloadTargets(t *testing.T) {
+	a, b, c := nameServer(t, "a"), nameServer(t, "b"), nameServer(t, "c")
+	conf := writeConfig(t, "routes:\n  - {name: r, listen: tcp://127.0.0.1:0, targets: [tcp://%s]}\n", a)
+	p := startProc(t, 1, "-c", conf)
+	addr := p.addr(t, "r")
+	held, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	held.SetDeadline(time.Now().Add(10 * time.Second))
+	rd := bufio.NewReader(held)
+	if line, err := rd.ReadString('\n'); err != nil || line != "a\n" {
+		t.Fatalf("before the reload: %q %v", line, err)
+	}
+	// a removed; b and c weighted 3 to 1, in the file's other form.
+	os.WriteFile(conf, fmt.Appendf(nil, "routes:\n  - name: r\n    listen: tcp://127.0.0.1:0\n    targets:\n      - {url: tcp://%s, weight: 3}\n      - tcp://%s\n", b, c), 0o644)
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.waitLog(t, "reloaded", 1)
+	count := map[string]int{}
+	for range 8 {
+		who, err := whoAnswers(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		count[who]++
+	}
+	if count["b"] != 6 || count["c"] != 2 {
+		t.Fatalf("after the reload: %v, want b 6 and c 2", count)
+	}
+	io.WriteString(held, "still here\n")
+	if line, err := rd.ReadString('\n'); err != nil || line != "still here\n" {
+		t.Fatalf("connection to the removed target: %q %v", line, err)
 	}
 }
