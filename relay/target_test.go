@@ -403,3 +403,23 @@ func TestTimeoutDefaults(t *testing.T) {
 		}
 	}
 }
+
+// TestMixedStreamTargets: a stream route may mix TCP and Unix targets.
+func TestMixedStreamTargets(t *testing.T) { forEachEngine(t, testMixedStreamTargets) }
+
+func testMixedStreamTargets(t *testing.T) {
+	leakCheck(t)
+	tb, ub := startBackend(t, "tcp4", echo), startBackend(t, "unix", echo)
+	s := startRelay(t, targetsRoute(nil, tb.addr, ub.addr))
+	for i := range 6 {
+		c := dialRoute(t, s, "r")
+		if err := roundTrip(c, 1000, uint64(i)); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	waitFor(t, func() bool { return s.Stats().Routes[0].Active == 0 })
+	if a, b := targetStats(s, 0).Connections, targetStats(s, 1).Connections; a != 3 || b != 3 {
+		t.Fatalf("TCP target %d connections, Unix target %d; want 3 each", a, b)
+	}
+}
