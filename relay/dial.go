@@ -20,13 +20,17 @@ var errNoTarget = errors.New("relay: no target left to try")
 // answered in; with one target it gets the whole DialTimeout (0: no
 // bound but ctx). ctx ends the dial early (Close, Shutdown's deadline);
 // a dial cut short so does not count against the target.
+// streamResolver looks up the host names of stream targets, for every
+// engine; tests replace it to give a name several addresses.
+var streamResolver = net.DefaultResolver
+
 func (rt *route) dialTarget(ctx context.Context, r *Route, client netip.Addr) (net.Conn, *backend, error) {
 	ts := rt.targets()
 	var deadline time.Time
 	if r.DialTimeout > 0 {
 		deadline = time.Now().Add(r.DialTimeout)
 	}
-	d := net.Dialer{KeepAlive: -1} // no keep-alive unless asked: no setsockopt
+	d := net.Dialer{KeepAlive: -1, Resolver: streamResolver} // no keep-alive unless asked: no setsockopt
 	if r.KeepAlive > 0 {
 		d.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: r.KeepAlive}
 	}

@@ -68,6 +68,7 @@ type evConn struct {
 	left       int
 	deadline   int64
 	sa         *sockaddr // the address dialled
+	ai         uint8     // the next of the target name's other addresses to try
 	upN, downN uint64    // bytes each way, for the target's counters and the log
 	endFirst   endReason // which side's EOF came first
 	endWhy     endReason // set when the end is known before finish: no target
@@ -296,6 +297,7 @@ func (c *evConn) dialNext(lastErr error) {
 	}
 	c.left--
 	c.b = b
+	c.ai = 0
 	c.state = stResolve
 	sa, err, pending := l.resolve(b.addr, c)
 	switch {
@@ -310,6 +312,15 @@ func (c *evConn) dialNext(lastErr error) {
 // connectTo starts a non-blocking connect to sa, the address of c.b.
 // The attempt's timer runs.
 func (c *evConn) connectTo(sa *sockaddr) {
+	if r := c.lp.targets[c.b.addr]; c.tm.at != 0 && r != nil {
+		// The attempt's time is shared with the name's addresses left,
+		// as package net's dialer shares it (partialDeadline), so that
+		// one that leaves a connect unanswered leaves time to the others.
+		if n := len(r.more) - int(c.ai); n > 0 {
+			now := c.lp.now
+			c.lp.wheel.arm(c, now+(c.tm.at-now)/int64(n+1), now)
+		}
+	}
 	fd, e := socketFor(sa)
 	if e != 0 {
 		c.attemptFailed(e)
@@ -352,10 +363,34 @@ func (c *evConn) attemptFailed(err error) {
 		c.tfd, c.tseq = -1, 0
 	}
 	c.tR, c.tW, c.tHup = false, false, false
+	if sa := c.nextAddr(err); sa != nil {
+		c.connectTo(sa)
+		return
+	}
 	c.b.dialFailed(err)
 	c.rt.srv.log.Debug("dial failed; trying another target", "route", c.rt.name, "target", c.b.addr.String(), "err", err)
 	c.b = nil
 	c.dialNext(err)
+}
+
+// nextAddr returns the next address of the target's name to connect to
+// after a connect to one failed, re-arming the attempt's timer; nil when
+// the name has no other address left, or the dial no time.
+func (c *evConn) nextAddr(err error) *sockaddr {
+	l := c.lp
+	r := l.targets[c.b.addr]
+	if err == errLoop || r == nil || r.pending || int(c.ai) >= len(r.more) {
+		return nil
+	}
+	if c.deadline != 0 {
+		if c.deadline <= l.now {
+			return nil
+		}
+		l.wheel.arm(c, l.now+(c.deadline-l.now)/int64(c.left+1), l.now)
+	}
+	sa := &r.more[c.ai]
+	c.ai++
+	return sa
 }
 
 // noTarget ends a connection that no target answered.

@@ -19,6 +19,7 @@ const resolvedTTL = 5 * time.Second
 
 type targetAddr struct {
 	sa      sockaddr
+	more    []sockaddr // a name's other addresses, tried in turn when a connect fails
 	err     error
 	expires int64 // 0: never
 	pending bool
@@ -57,20 +58,20 @@ func (l *loop) resolve(a Addr, c *evConn) (sa *sockaddr, err error, pending bool
 	r.waiters = append(r.waiters[:0], connRef{c.idx, c.cseq})
 	timeout := c.cfg.DialTimeout
 	go func() {
-		sa, err := lookup(a, timeout)
-		l.post(func() { l.resolved(a, sa, err) })
+		sa, more, err := lookup(a, timeout)
+		l.post(func() { l.resolved(a, sa, more, err) })
 	}()
 	return nil, nil, true
 }
 
 // resolved stores a lookup's answer and resumes the connections that
 // waited for it.
-func (l *loop) resolved(a Addr, sa sockaddr, err error) {
+func (l *loop) resolved(a Addr, sa sockaddr, more []sockaddr, err error) {
 	r := l.targets[a]
 	if r == nil {
 		return
 	}
-	r.sa, r.err, r.pending = sa, err, false
+	r.sa, r.more, r.err, r.pending = sa, more, err, false
 	r.expires = l.now + int64(resolvedTTL)
 	ws := r.waiters
 	r.waiters = nil
@@ -102,22 +103,27 @@ func literalSockaddr(a Addr) (sockaddr, bool) {
 	return sockaddrOf(ap), true
 }
 
-// lookup resolves a host:port target, preferring IPv4 for "tcp" (as the
-// goroutine engine's dialer tries IPv4 addresses first on the usual
-// systems).
-func lookup(a Addr, timeout time.Duration) (sockaddr, error) {
+// maxAddrs bounds the addresses of one name a connection tries.
+const maxAddrs = 8
+
+// lookup resolves a host:port target to its addresses, IPv4 first for
+// "tcp" (as the goroutine engine's dialer tries IPv4 addresses first on
+// the usual systems): the first, and the others in the resolver's order,
+// which a connection tries in turn when a connect fails, as package net's
+// dialer does.
+func lookup(a Addr, timeout time.Duration) (sockaddr, []sockaddr, error) {
 	if a.Network == "unix" {
-		return sockaddr{}, fmt.Errorf("unix socket path %q too long", a.Address)
+		return sockaddr{}, nil, fmt.Errorf("unix socket path %q too long", a.Address)
 	}
 	host, ps, err := net.SplitHostPort(a.Address)
 	if err != nil {
-		return sockaddr{}, err
+		return sockaddr{}, nil, err
 	}
 	port, err := strconv.ParseUint(ps, 10, 16)
 	if err != nil {
 		p, perr := net.LookupPort("tcp", ps)
 		if perr != nil {
-			return sockaddr{}, perr
+			return sockaddr{}, nil, perr
 		}
 		port = uint64(p)
 	}
@@ -130,22 +136,26 @@ func lookup(a Addr, timeout time.Duration) (sockaddr, error) {
 	case "tcp6":
 		nw = "ip6"
 	}
-	ips, err := net.DefaultResolver.LookupNetIP(ctx, nw, host)
+	ips, err := streamResolver.LookupNetIP(ctx, nw, host)
 	if err != nil {
-		return sockaddr{}, err
+		return sockaddr{}, nil, err
 	}
-	best := netip.Addr{}
+	var v4, v6 []sockaddr
 	for _, ip := range ips {
 		ip = ip.Unmap()
 		if ip.Zone() != "" {
 			continue
 		}
-		if !best.IsValid() || (ip.Is4() && !best.Is4()) {
-			best = ip
+		sa := sockaddrOf(netip.AddrPortFrom(ip, uint16(port)))
+		if ip.Is4() {
+			v4 = append(v4, sa)
+		} else {
+			v6 = append(v6, sa)
 		}
 	}
-	if !best.IsValid() {
-		return sockaddr{}, fmt.Errorf("no usable address for %s", host)
+	all := append(v4, v6...)
+	if len(all) == 0 {
+		return sockaddr{}, nil, fmt.Errorf("no usable address for %s", host)
 	}
-	return sockaddrOf(netip.AddrPortFrom(best, uint16(port))), nil
+	return all[0], all[1:min(len(all), maxAddrs)], nil
 }
