@@ -47,6 +47,26 @@
 // accept fails for lack of descriptors (EMFILE), the accept loop backs
 // off from 5 ms to 1 s instead of spinning, logging once per episode.
 //
+// # Engines
+//
+// How stream routes move bytes is [Config.Engine]'s choice; both engines
+// apply the same policy, limits, counters and logs.
+//
+//   - [EngineEvent] (Linux, the default there) runs one event loop per
+//     CPU (GOMAXPROCS), each an epoll(7) instance of its own. Every loop
+//     watches every listener (EPOLLEXCLUSIVE: one loop wakes per new
+//     connection), accepts until EAGAIN, connects without blocking, and
+//     keeps each connection as a small struct in its slab until it ends:
+//     no goroutine, stack or allocation per connection. Sockets are
+//     registered edge-triggered once; bytes move through pooled buffers
+//     with read(2) and write(2), and a direction that keeps filling the
+//     buffer moves through a pipe with splice(2). A timer wheel (10 ms
+//     ticks) runs the PROXY header, peek, dial and idle timeouts. An idle
+//     connection holds its two sockets and its struct, no buffer or pipe.
+//   - [EngineGoroutine] (every platform) relays each connection on
+//     goroutines of its own that wait in Go's netpoller, copying with
+//     package splice.
+//
 // # Several routes on one address
 //
 // Stream routes may share a listen address when [Route.SNI] and
@@ -84,8 +104,10 @@
 // no client; if any route cannot start, nothing changes. [Server.Shutdown] stops accepting, lets
 // relays in flight finish until its context ends, then closes them.
 // [Server.Stats] returns plain counters that cmd/zeroio exports to
-// Prometheus. The package starts no goroutine beyond serving: one per
-// listener and one or two per relayed connection.
+// Prometheus. The package starts no goroutine beyond serving: with the
+// event engine, one per event loop and one per listener (which waits
+// while the loops accept); with the goroutine engine, one per listener
+// and one or two per relayed connection.
 //
 // # Platforms
 //

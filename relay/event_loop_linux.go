@@ -24,6 +24,8 @@ type loop struct {
 	e      *eventEngine
 	id     int
 	epfd   int
+	poll   poller
+	ready  int // events pollOnce found
 	evfd   int // eventfd(2) that wakes the loop for its inbox
 	events [128]unix.EpollEvent
 	now    int64 // monotonic nanoseconds at the last wake-up
@@ -87,6 +89,11 @@ func newLoop(e *eventEngine, id int) (*loop, error) {
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
 	l := &loop{e: e, id: id, epfd: epfd, evfd: evfd, now: mono()}
+	if err := l.initPoller(); err != nil {
+		unix.Close(epfd)
+		unix.Close(evfd)
+		return nil, err
+	}
 	l.wheel.init(l.now)
 	return l, nil
 }
@@ -148,10 +155,7 @@ func (l *loop) run() {
 				}
 			}
 		}
-		n, err := unix.EpollWait(l.epfd, l.events[:], timeout)
-		if err != nil {
-			n = 0 // EINTR
-		}
+		n := l.wait(timeout)
 		l.now = mono()
 		wake := false
 		for i := 0; i < n; i++ {
@@ -186,7 +190,7 @@ func (l *loop) run() {
 	for _, p := range l.pipes {
 		p.close()
 	}
-	unix.Close(l.epfd)
+	l.poll.f.Close() // the epoll descriptor
 	unix.Close(l.evfd)
 }
 
@@ -206,7 +210,7 @@ func (l *loop) addListener(el *evListener, f *front) {
 		}
 	}
 	ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLET | unix.EPOLLEXCLUSIVE, Fd: int32(i)}
-	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, el.fd, &ev); err != nil {
+	if err := epollCtl(l.epfd, unix.EPOLL_CTL_ADD, el.fd, &ev); err != 0 {
 		l.e.s.log.Error("event loop cannot watch a listener", "listen", el.addr.String(), "err", err)
 		return
 	}
@@ -222,7 +226,7 @@ func (l *loop) removeListener(el *evListener) {
 	for i, ll := range l.lns {
 		if ll != nil && ll.l == el {
 			l.resume(ll)
-			unix.EpollCtl(l.epfd, unix.EPOLL_CTL_DEL, ll.fd, nil)
+			epollCtl(l.epfd, unix.EPOLL_CTL_DEL, ll.fd, &unix.EpollEvent{})
 			l.lns[i] = nil
 		}
 	}
@@ -354,10 +358,7 @@ func (l *loop) register(c *evConn, fd int, target bool) unix.Errno {
 		Fd:     c.idx<<1 | side,
 		Pad:    int32(l.seq),
 	}
-	if err := unix.EpollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
-		return err.(unix.Errno)
-	}
-	return 0
+	return epollCtl(l.epfd, unix.EPOLL_CTL_ADD, fd, &ev)
 }
 
 // expire runs when c's timer fires.

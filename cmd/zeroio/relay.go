@@ -270,6 +270,7 @@ func (f *relayFlags) config() (relay.Config, error) {
 		return cfg, err
 	}
 	cfg.ConnLog = lvl
+	cfg.Engine = f.engine
 	return cfg, nil
 }
 
@@ -383,6 +384,7 @@ func (f *relayFlags) reload(srv *relay.Server, log *slog.Logger) {
 		log.Error("reload failed; keeping the running config", "err", err)
 		return
 	}
+	cfg.Engine = f.engine
 	if err := srv.Update(cfg); err != nil {
 		log.Error("reload failed; keeping the running config", "err", err)
 		return
