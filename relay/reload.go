@@ -163,7 +163,7 @@ func (p *plan) listen(r *Route, groups map[string][]Route) ([]net.Listener, erro
 	}
 	shared := false
 	for k, f := range p.s.fronts {
-		if groups[k] != nil || f.conf().Listen.Network == "unix" || f.conf().Listen.port() != r.Listen.port() {
+		if groups[k] != nil || f.conf().Listen.Network == "unix" || f.boundPort() != r.Listen.port() {
 			continue
 		}
 		for _, ln := range f.lns {
@@ -177,6 +177,18 @@ func (p *plan) listen(r *Route, groups map[string][]Route) ([]net.Listener, erro
 		return nil, err
 	}
 	return p.s.adopt(listenStreamAt(r, r.Listen.Address, r.Workers, true))
+}
+
+// boundPort is the port f listens on: its routes' port, or for port 0
+// the one the kernel gave it, which a reload may now name.
+func (f *front) boundPort() int {
+	if p := f.conf().Listen.port(); p != 0 || len(f.lns) == 0 {
+		return p
+	}
+	if a, ok := f.lns[0].Addr().(*net.TCPAddr); ok {
+		return a.Port
+	}
+	return 0
 }
 
 // commit makes the prepared plan the running configuration. Nothing in
