@@ -50,7 +50,9 @@ func (p *plan) prepareUDP(cfg Config) error {
 		if err := p.openUDP(rt, kept); err != nil {
 			return err
 		}
-		p.undo = append(p.undo, rt.stop)
+		// Undone, the route's readers start and stop at once: what its
+		// sockets took meanwhile (sharing a port) is relayed.
+		p.undo = append(p.undo, func() { rt.udp.serve(rt.udp.lns); rt.stop() })
 		p.udpNew[r.Name] = rt
 	}
 	return nil
@@ -74,7 +76,9 @@ func (p *plan) growUDP(rt *route, r *Route) error {
 		if err != nil {
 			return err
 		}
-		p.undo = append(p.undo, func() { closeUDPSocks(more) })
+		// Undone, the sockets join the route and retire at once: what
+		// the kernel gave them meanwhile is relayed, not dropped.
+		p.undo = append(p.undo, func() { u.grow(more); u.shrink(n) })
 		p.udpGrow[rt] = more
 	case r.Workers < n:
 		p.udpLess[rt] = r.Workers

@@ -72,13 +72,16 @@ func TestUDPRebindLosesNothing(t *testing.T) {
 		t.Skip(err)
 	}
 	for _, tc := range []struct {
-		name   string
-		echoes bool
-		next   func(i int, r *Route)
+		name    string
+		echoes  bool
+		refused bool // each reload also has a route that cannot bind: all undone
+		next    func(i int, r *Route)
 	}{
-		{"workers", true, func(i int, r *Route) { r.Workers = 1 + i%2 }},
-		{"network", false, func(i int, r *Route) { r.Listen.Network = []string{"udp", "udp4"}[i%2] }},
-		{"network-workers", false, func(i int, r *Route) {
+		{"workers", true, false, func(i int, r *Route) { r.Workers = 1 + i%2 }},
+		{"workers-refused", true, true, func(i int, r *Route) { r.Workers = 2 }},
+		{"network-refused", false, true, func(i int, r *Route) { r.Listen.Network = "udp4" }},
+		{"network", false, false, func(i int, r *Route) { r.Listen.Network = []string{"udp", "udp4"}[i%2] }},
+		{"network-workers", false, false, func(i int, r *Route) {
 			r.Listen.Network = []string{"udp", "udp4"}[i%2]
 			r.Workers = 1 + i%2
 		}},
@@ -86,6 +89,11 @@ func TestUDPRebindLosesNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			leakCheck(t)
 			target := newSeqTarget(t)
+			taken, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer taken.Close()
 			base := func(addr string) Config {
 				return udpRoute0(addr, target.c.LocalAddr(), func(r *Route) { r.UDPBuffer = 4 << 20 })
 			}
@@ -162,7 +170,12 @@ func TestUDPRebindLosesNothing(t *testing.T) {
 				next := cfg
 				next.Routes = []Route{cfg.Routes[0]}
 				tc.next(i+1, &next.Routes[0])
-				if err := s.Update(next); err != nil {
+				if tc.refused {
+					bad := next.Routes[0]
+					bad.Name, bad.Listen = "v", Addr{"udp", taken.LocalAddr().String()}
+					next.Routes = append(next.Routes, bad)
+				}
+				if err := s.Update(next); (err != nil) != tc.refused {
 					t.Fatalf("reload %d: %v", i, err)
 				}
 				time.Sleep(20 * time.Millisecond) // let datagrams flow between reloads
