@@ -159,9 +159,15 @@ func TestUDPTargetFollowsDNS(t *testing.T) {
 	s.mu.Lock()
 	u := s.routes["u"].udp
 	s.mu.Unlock()
-	// A new session starts the lookup; the one after it finds the answer.
+	// A new session starts a lookup; the one after it finds the answer.
+	// A lookup the first session started may still be under way and
+	// bring the old answer, so the wait asks again as a new session
+	// would.
 	askUDP(dial())
-	waitFor(t, func() bool { return (*u.to.Load())[cfg.Routes[0].Target].addr.Addr() == answer })
+	waitFor(t, func() bool {
+		u.targetFor(u.rt.targets().bs[0], time.Now().UnixNano())
+		return (*u.to.Load())[cfg.Routes[0].Target].addr.Addr() == answer
+	})
 	if got := askUDP(dial()); got != "B" {
 		t.Errorf("new session after the DNS change answered by %q, want B", got)
 	}
