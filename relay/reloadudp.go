@@ -47,12 +47,22 @@ func (p *plan) prepareUDP(cfg Config) error {
 			p.undo = append(p.undo, func() { old.swapTargets(old.cfg.Load()).startChecks(s) })
 		}
 		rt := newRoute(s, r, l)
-		if err := p.openUDP(rt, kept); err != nil {
+		shared, err := p.openUDP(rt, kept)
+		if err != nil {
 			return err
 		}
 		// Undone, the route's readers start and stop at once: what its
-		// sockets took meanwhile (sharing a port) is relayed.
-		p.undo = append(p.undo, func() { rt.udp.serve(rt.udp.lns); rt.stop() })
+		// sockets took meanwhile (sharing a port) is relayed, once the
+		// group they joined gives new datagrams to its old sockets only.
+		p.undo = append(p.undo, func() {
+			for _, o := range shared {
+				if sameGroup(o.udp, rt.udp) && steerUDP(o.udp.lns[0], 0, len(o.udp.lns)) == nil {
+					settleSteering()
+				}
+			}
+			rt.udp.serve(rt.udp.lns)
+			rt.stop()
+		})
 		p.udpNew[r.Name] = rt
 	}
 	return nil
@@ -107,13 +117,13 @@ func (p *plan) resizeUDP(rt *route) {
 // made explicit), the two share the port in SO_REUSEPORT groups until
 // the old one stops (Linux); elsewhere the old route stops first, and is
 // put back if the reload is undone.
-func (p *plan) openUDP(rt *route, kept map[string]bool) error {
+func (p *plan) openUDP(rt *route, kept map[string]bool) (shared []*route, err error) {
 	s := p.s
 	r := rt.cfg.Load()
 	tg := p.targets[r.Name]
-	err := rt.openUDP(r, tg, false)
+	err = rt.openUDP(r, tg, false)
 	if err == nil || !errors.Is(err, syscall.EADDRINUSE) {
-		return err
+		return nil, err
 	}
 	var olds []*route
 	for _, name := range s.sortedNames() {
@@ -123,23 +133,29 @@ func (p *plan) openUDP(rt *route, kept map[string]bool) error {
 		}
 	}
 	if len(olds) == 0 {
-		return err
+		return nil, err
 	}
 	if reusePortSupported() == nil {
 		for _, o := range olds {
 			for _, ln := range o.udp.lns {
 				if reusePortUDP(ln) != nil {
-					return err
+					return nil, err
 				}
 			}
 		}
-		return rt.openUDP(r, tg, true)
+		return olds, rt.openUDP(r, tg, true)
 	}
 	for _, o := range olds {
 		o.stop()
 		p.undo = append(p.undo, func() { s.restore(o) })
 	}
-	return rt.openUDP(r, tg, false)
+	return nil, rt.openUDP(r, tg, false)
+}
+
+// sameGroup reports whether u's and v's sockets share an address, and so
+// a SO_REUSEPORT group when they share the port: u's first, then v's.
+func sameGroup(u, v *udpRoute) bool {
+	return len(u.lns) > 0 && len(v.lns) > 0 && u.lns[0].LocalAddr().String() == v.lns[0].LocalAddr().String()
 }
 
 // handOver stops rt, a UDP route that a reload replaced by next (nil if
@@ -155,8 +171,11 @@ func (rt *route) handOver(next *route) {
 		nu = next.udp
 	}
 	steered := false
-	if nu != nil && len(u.lns) > 0 && len(nu.lns) > 0 && u.lns[0].LocalAddr().String() == nu.lns[0].LocalAddr().String() {
+	if nu != nil && sameGroup(u, nu) {
 		steered = steerUDP(u.lns[0], len(u.lns), len(nu.lns)) == nil
+		if steered {
+			settleSteering()
+		}
 	}
 	rt.stop()
 	if steered {

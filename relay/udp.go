@@ -189,6 +189,9 @@ func (u *udpRoute) run(ln *udpSock) {
 	sc := &readScratch{sess: make([]*session, 0, udpBatch), out: make([]udp.Message, 0, udpBatch)}
 	for {
 		n, err := ln.ReadBatch(msgs)
+		if n > 0 && err != nil {
+			u.relayBatch(ln.Conn, msgs[:n], sc) // read before the error: relayed too
+		}
 		if err != nil {
 			if u.stopping.Load() || ln.retire.Load() {
 				u.drain(ln.Conn, msgs, sc)
@@ -327,6 +330,7 @@ func (u *udpRoute) shrink(m int) bool {
 		u.rt.srv.log.Warn("workers lowered, but the surplus UDP sockets stay open until the address changes: closing them would drop datagrams", "route", u.rt.name, "sockets", len(u.lns), "workers", m, "err", err)
 		return false
 	}
+	settleSteering()
 	gone := u.lns[m:]
 	u.lns = u.lns[:m:m]
 	for _, ln := range gone {

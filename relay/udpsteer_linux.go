@@ -2,6 +2,7 @@ package relay
 
 import (
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -48,4 +49,22 @@ func controlConn(c syscall.Conn, f func(fd int) error) error {
 		return err
 	}
 	return ferr
+}
+
+// membarrierCmdGlobal is MEMBARRIER_CMD_GLOBAL (linux/membarrier.h).
+const membarrierCmdGlobal = 1
+
+// settleSteering returns once every datagram whose socket the kernel
+// chose under a group's previous steering sits in that socket's queue,
+// so that draining a socket steered away from finds all it will ever
+// get. The choice (the reuseport program run by the UDP lookup) and the
+// enqueue happen in one RCU read-side section of the receive softirq
+// (ip_local_deliver_finish), and membarrier(2)'s MEMBARRIER_CMD_GLOBAL
+// waits for an RCU grace period (synchronize_rcu in
+// kernel/sched/membarrier.c). Where the command is refused (nohz_full
+// kernels, or before Linux 4.3), a pause stands in for it.
+func settleSteering() {
+	if _, _, e := unix.Syscall(unix.SYS_MEMBARRIER, membarrierCmdGlobal, 0, 0); e != 0 {
+		time.Sleep(50 * time.Millisecond)
+	}
 }

@@ -10,3 +10,6 @@ import "syscall"
 func reusePortUDP(c syscall.Conn) error { return reusePortSupported() }
 
 func steerUDP(c syscall.Conn, first, n int) error { return reusePortSupported() }
+
+// settleSteering has nothing to wait for where nothing is steered.
+func settleSteering() {}
