@@ -158,6 +158,7 @@ func testCloseDuringDial(t *testing.T) {
 // caps an unprivileged request at net.core.rmem_max and wmem_max). A
 // reload resizes the listening socket's buffers in place.
 func TestUDPBuffer(t *testing.T) {
+	leakCheck(t)
 	e := udpEcho(t, "udp4", "127.0.0.1:0")
 	for _, tc := range []struct {
 		name   string

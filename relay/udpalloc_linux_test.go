@@ -18,6 +18,7 @@ func TestUDPRelayAllocs(t *testing.T) {
 	if percpu.RaceEnabled {
 		t.Skip("the race detector allocates")
 	}
+	leakCheck(t)
 	e := udpEcho(t, "udp4", "127.0.0.1:0")
 	s := startRelay(t, udpRoute0("127.0.0.1:0", e.LocalAddr(), nil))
 	c, err := net.DialUDP("udp4", nil, s.Addrs("u")[0].(*net.UDPAddr))
