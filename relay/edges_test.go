@@ -103,15 +103,15 @@ func TestDownloadOutlastsIdleTimeout(t *testing.T) {
 
 func testDownloadOutlastsIdleTimeout(t *testing.T) {
 	leakCheck(t)
-	const idle = 300 * time.Millisecond
+	const idle = time.Second
 	chunk := bytes.Repeat([]byte("z"), 4096)
-	const chunks = 24 // one every idle/6: 4 idle periods in all
+	const chunks = 25 // one every idle/10: 2.5 idle periods in all
 	b := startBackend(t, "tcp4", func(c net.Conn) {
 		for range chunks {
 			if _, err := c.Write(chunk); err != nil {
 				return
 			}
-			time.Sleep(idle / 6)
+			time.Sleep(idle / 10)
 		}
 	})
 	s := startRelay(t, route0("127.0.0.1:0", b.addr, func(r *Route) { r.IdleTimeout = idle }))
