@@ -1,0 +1,187 @@
+package relay
+
+import (
+	"golang.org/x/sys/unix"
+)
+
+// The event engine's dial: a connection's attempts at its route's
+// targets, each a non-blocking connect(2) under the connection's timer.
+
+// dialNext dials the next target the route's policy picks, as dialTarget
+// does for the goroutine engine: each attempt may take the time left
+// divided by the targets left to try, and a failed one marks its target
+// down and moves on, until one connects or none is left (then lastErr
+// ends the connection).
+func (c *evConn) dialNext(lastErr error) {
+	l := c.lp
+	var b *backend
+	if c.left > 0 && (c.deadline == 0 || c.deadline > l.now) {
+		b = c.ts.pick(c.src.Addr(), &c.tried)
+	}
+	if b == nil {
+		c.noTarget(lastErr)
+		return
+	}
+	if c.deadline != 0 {
+		l.wheel.arm(c, l.now+(c.deadline-l.now)/int64(c.left), l.now)
+	} else {
+		l.wheel.disarm(c)
+	}
+	c.left--
+	c.b = b
+	c.ai = 0
+	c.state = stResolve
+	sa, err, pending := l.resolve(b.addr, c)
+	switch {
+	case pending:
+	case err != nil:
+		c.attemptFailed(err)
+	default:
+		c.connectTo(sa)
+	}
+}
+
+// connectTo starts a non-blocking connect to sa, the address of c.b.
+// The attempt's timer runs.
+func (c *evConn) connectTo(sa *sockaddr) {
+	if r := c.lp.targets[c.b.addr]; c.tm.at != 0 && r != nil {
+		// The attempt's time is shared with the name's addresses left,
+		// as package net's dialer shares it (partialDeadline), so that
+		// one that leaves a connect unanswered leaves time to the others.
+		if n := len(r.more) - int(c.ai); n > 0 {
+			now := c.lp.now
+			c.lp.wheel.arm(c, now+(c.tm.at-now)/int64(n+1), now)
+		}
+	}
+	fd, e := socketFor(sa)
+	if e != 0 {
+		c.attemptFailed(e)
+		return
+	}
+	c.tfd = fd
+	if sa.family != unix.AF_UNIX {
+		setSocketOptions(fd, c.cfg, true)
+	}
+	switch e = connect(fd, sa); e {
+	case 0, unix.EINPROGRESS:
+	default:
+		c.attemptFailed(e)
+		return
+	}
+	// Check for a dial to the relay itself now, not once connected: by
+	// then the loop may have accepted the connection and dialled again.
+	c.sa = sa
+	if c.selfDial() {
+		c.b.loops.Store(true)
+		c.attemptFailed(errLoop)
+		return
+	}
+	if re := c.lp.register(c, fd, true); re != 0 {
+		c.attemptFailed(re)
+		return
+	}
+	c.state = stDialing
+	if e == 0 { // a Unix socket connects at once
+		c.tW = true
+		c.connected()
+	}
+}
+
+// attemptFailed closes the socket of a failed or timed-out dial, marks
+// its target down, and tries the next.
+func (c *evConn) attemptFailed(err error) {
+	if c.tfd >= 0 {
+		closeFD(c.tfd)
+		c.tfd, c.tseq = -1, 0
+	}
+	c.tR, c.tW, c.tHup = false, false, false
+	if sa := c.nextAddr(err); sa != nil {
+		c.connectTo(sa)
+		return
+	}
+	c.b.dialFailed(err)
+	c.rt.srv.log.Debug("dial failed; trying another target", "route", c.rt.name, "target", c.b.addr.String(), "err", err)
+	c.b = nil
+	c.dialNext(err)
+}
+
+// nextAddr returns the next address of the target's name to connect to
+// after a connect to one failed, re-arming the attempt's timer; nil when
+// the name has no other address left, or the dial no time.
+func (c *evConn) nextAddr(err error) *sockaddr {
+	l := c.lp
+	r := l.targets[c.b.addr]
+	if err == errLoop || r == nil || r.pending || int(c.ai) >= len(r.more) {
+		return nil
+	}
+	if c.deadline != 0 {
+		if c.deadline <= l.now {
+			return nil
+		}
+		l.wheel.arm(c, l.now+(c.deadline-l.now)/int64(c.left+1), l.now)
+	}
+	sa := &r.more[c.ai]
+	c.ai++
+	return sa
+}
+
+// noTarget ends a connection that no target answered.
+func (c *evConn) noTarget(err error) {
+	rt := c.rt
+	rt.st.errDial.Add(1)
+	c.endWhy = endNoTarget
+	c.finish(errQuiet)
+}
+
+// selfDial reports whether the target socket reached one of the relay's
+// own listeners (Server.dialsSelf): the common case, a port no listener
+// has, needs no system call.
+func (c *evConn) selfDial() bool {
+	remote := addrPortOf(&c.sa.raw)
+	if !remote.IsValid() {
+		return false
+	}
+	ports := c.rt.srv.ports.Load()
+	if ports == nil {
+		return false
+	}
+	hit := false
+	for _, l := range *ports {
+		if l.Port() == remote.Port() {
+			hit = true
+		}
+	}
+	if !hit {
+		return false
+	}
+	local := sockname(c.tfd, false)
+	if local.Addr() != remote.Addr() {
+		return false
+	}
+	for _, l := range *ports {
+		if l.Port() == remote.Port() && (l.Addr().IsUnspecified() || l.Addr() == remote.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
+// connected starts the relay once the target accepted: the PROXY header
+// and whatever the client sent meanwhile go out at once.
+func (c *evConn) connected() {
+	l := c.lp
+	c.b.dialOK()
+	c.b.connStart()
+	c.state = stRelay
+	c.last = l.now
+	if idle := c.cfg.IdleTimeout; idle > 0 {
+		l.wheel.arm(c, l.now+int64(idle), l.now)
+	} else {
+		l.wheel.disarm(c)
+	}
+	if c.cfg.SendProxy != 0 {
+		c.queueProxyHeader()
+	}
+	c.debug("relaying")
+	c.pumpAll()
+}

@@ -1,0 +1,111 @@
+package relay
+
+import (
+	"errors"
+	"io"
+
+	"github.com/zeroio/zeroio/internal/proxyproto"
+	"golang.org/x/sys/unix"
+)
+
+// The PROXY protocol in the event engine: the header a client's proxy
+// sends first, read in the loop, and the one the route sends its target.
+
+// proxyReserve keeps room in the first buffer for an outgoing PROXY
+// header before the bytes that followed the incoming one.
+const proxyReserve = len(evConn{}.hdr)
+
+// readProxy reads the client's PROXY header into the up direction's
+// buffer; bytes after it stay there for the target.
+func (c *evConn) readProxy() {
+	d := &c.up
+	if d.buf == nil {
+		if c.front != nil {
+			d.buf = c.lp.getBufN(helloBufSize)
+		} else {
+			d.buf = c.lp.getBuf()
+		}
+	}
+	for {
+		space := d.buf[d.end : min(len(d.buf), bufSize)-proxyReserve]
+		if len(space) == 0 {
+			c.proxyFailed(errHeaderTooLong)
+			return
+		}
+		n, e := read(c.cfd, space)
+		switch {
+		case e == unix.EAGAIN:
+			c.cR = false
+			return
+		case e == unix.EINTR:
+			continue
+		case e != 0:
+			c.proxyFailed(e)
+			return
+		case n == 0:
+			c.proxyFailed(io.ErrUnexpectedEOF)
+			return
+		}
+		d.end += n
+		h, hn, err := proxyproto.Parse(d.buf[:d.end])
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			continue
+		}
+		if err != nil {
+			c.proxyFailed(err)
+			return
+		}
+		d.off = hn
+		if h.Command == proxyproto.Proxy && h.Source.IsValid() {
+			c.src, c.dst, c.dstKnown = h.Source, h.Destination, true
+		}
+		if c.rt == nil { // a front's client: the hello chooses the route
+			l := c.lp
+			c.state = stHello
+			l.wheel.arm(c, l.now+int64(c.cfg.PeekTimeout), l.now)
+			c.readHello()
+			return
+		}
+		c.policy()
+		return
+	}
+}
+
+var errHeaderTooLong = errors.New("PROXY header longer than the buffer")
+
+func (c *evConn) proxyFailed(err error) {
+	if rt := c.rt; rt != nil {
+		rt.st.errProxy.Add(1)
+		rt.srv.log.Info("bad PROXY header", "route", rt.name, "client", c.src, "err", err)
+	} else {
+		c.front.st.proxyErrors.Add(1)
+		c.lp.e.s.log.Info("bad PROXY header", "listen", c.cfg.Listen.String(), "client", c.src, "err", err)
+	}
+	c.finish(errQuiet)
+}
+
+// queueProxyHeader puts the outgoing PROXY header before any bytes the
+// up direction holds.
+func (c *evConn) queueProxyHeader() {
+	if !c.dstKnown {
+		c.dst = sockname(c.cfd, false)
+	}
+	var h []byte
+	if c.cfg.SendProxy == 1 {
+		h = proxyproto.AppendV1(c.hdr[:0], c.src, c.dst)
+	} else {
+		h = proxyproto.AppendV2(c.hdr[:0], proxyproto.Stream, c.src, c.dst)
+	}
+	d := &c.up
+	if d.buf == nil {
+		d.buf = c.lp.getBuf()
+	}
+	if d.off >= len(h) {
+		d.off -= len(h)
+	} else {
+		copy(d.buf[len(h):], d.buf[d.off:d.end])
+		d.end += len(h) - d.off
+		d.off = 0
+	}
+	copy(d.buf[d.off:], h)
+}
