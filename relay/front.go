@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -292,12 +293,15 @@ func (f *front) retire(lns []net.Listener) {
 	r.t = time.AfterFunc(retireGrace, func() {
 		s := f.srv
 		s.mu.Lock()
-		if s.closed { // Shutdown: nothing more is handed over
-			closeAll(lns)
+		// A Shutdown or reload that stopped the timer too late has
+		// closed the sockets already, and an engine that has stopped
+		// may no longer be able to close them.
+		if r.closed {
 			s.mu.Unlock()
 			return
 		}
 		q := r.close(f)
+		f.retiring = slices.DeleteFunc(f.retiring, func(x *retiring) bool { return x == r })
 		s.serveWG.Add(1) // as Update does for what it hands over
 		s.mu.Unlock()
 		for _, h := range q {
@@ -310,12 +314,15 @@ func (f *front) retire(lns []net.Listener) {
 
 // retiring is a group of sockets in their grace period.
 type retiring struct {
-	t   *time.Timer
-	lns []net.Listener
+	t      *time.Timer
+	lns    []net.Listener
+	closed bool // under srv.mu
 }
 
-// close drains and closes r's sockets, returning what they queued.
+// close drains and closes r's sockets, returning what they queued. s.mu
+// is held.
 func (r *retiring) close(f *front) []handoff {
+	r.closed = true
 	var q []handoff
 	for _, ln := range r.lns {
 		for _, c := range queued(ln) {
@@ -331,7 +338,11 @@ func (r *retiring) close(f *front) []handoff {
 func (f *front) flushRetiring() []handoff {
 	var q []handoff
 	for _, r := range f.retiring {
-		if r.t.Stop() { // not fired: its sockets are still open
+		// Whether or not the timer has fired, the sockets are closed
+		// here unless it has closed them: its function may be waiting
+		// for s.mu.
+		r.t.Stop()
+		if !r.closed {
 			q = append(q, r.close(f)...)
 		}
 	}
