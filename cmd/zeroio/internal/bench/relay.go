@@ -56,12 +56,16 @@ func relayChild(impl, target string) int {
 	}
 	var addr string
 	switch impl {
-	case "zeroio":
+	case "zeroio", "zeroio-event", "zeroio-goroutine":
 		listen := relay.Addr{Network: "tcp", Address: "127.0.0.1:0"}
 		if tgt.Datagram() {
 			listen.Network = "udp"
 		}
-		srv, err := relay.New(relay.Config{Routes: []relay.Route{{Name: "r", Listen: listen, Target: tgt}}})
+		engine, _ := strings.CutPrefix(impl, "zeroio-")
+		if impl == "zeroio" {
+			engine = "" // the platform's default
+		}
+		srv, err := relay.New(relay.Config{Routes: []relay.Route{{Name: "r", Listen: listen, Target: tgt}}, Engine: engine})
 		if err != nil {
 			return fail(err)
 		}

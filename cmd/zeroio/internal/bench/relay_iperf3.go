@@ -12,8 +12,10 @@ import (
 	"time"
 )
 
-// relayImpls are the stream relays compared, "direct" being no relay.
-var relayImpls = []string{"direct", "zeroio", "iocopy", "copy64k", "haproxy", "socat"}
+// relayImpls are the stream relays compared, "direct" being no relay;
+// zeroio-goroutine is the relay package on its goroutine engine, zeroio
+// on the platform's default.
+var relayImpls = []string{"direct", "zeroio", "zeroio-goroutine", "iocopy", "copy64k", "haproxy", "socat"}
 
 // relayIperf3Cases: iperf3 client and server on loopback, through each
 // relay, client to server (dir=up) and server to client (dir=down, -R).
