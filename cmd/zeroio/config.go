@@ -88,6 +88,7 @@ type healthSpec struct {
 // fileConfig is the config file's top level.
 type fileConfig struct {
 	MaxConns        int           `yaml:"max_conns"`
+	Engine          string        `yaml:"engine"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	LogLevel        string        `yaml:"log_level"`
 	LogFormat       string        `yaml:"log_format"`

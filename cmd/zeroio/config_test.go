@@ -104,3 +104,35 @@ func FuzzLoadFile(f *testing.F) {
 		_, _ = relay.New(cfg)
 	})
 }
+
+// TestEngineSetting: the engine comes from --engine, else the file's
+// engine key, else is left to the relay ("" is the platform's default).
+func TestEngineSetting(t *testing.T) {
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "relay.yaml")
+	os.WriteFile(conf, []byte("engine: goroutine\nroutes:\n  - {listen: tcp://127.0.0.1:0, target: tcp://127.0.0.1:1}\n"), 0o600)
+	plain := filepath.Join(dir, "plain.yaml")
+	os.WriteFile(plain, []byte("routes:\n  - {listen: tcp://127.0.0.1:0, target: tcp://127.0.0.1:1}\n"), 0o600)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"tcp://127.0.0.1:0", "tcp://127.0.0.1:1"}, ""},
+		{[]string{"--engine", "goroutine", "tcp://127.0.0.1:0", "tcp://127.0.0.1:1"}, "goroutine"},
+		{[]string{"-c", conf}, "goroutine"},
+		{[]string{"-c", conf, "--engine", "event"}, "event"},
+		{[]string{"-c", plain}, ""},
+	} {
+		f := newRelayFlags()
+		if err := f.parse(tc.args); err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		cfg, err := f.config()
+		if err != nil {
+			t.Fatalf("%q: %v", tc.args, err)
+		}
+		if cfg.Engine != tc.want {
+			t.Errorf("%q: engine %q, want %q", tc.args, cfg.Engine, tc.want)
+		}
+	}
+}

@@ -84,6 +84,7 @@ Config file (YAML; unknown keys are errors; route fields not set take the
 file's defaults, then the flags):
 
   max_conns: 10000            # all routes together
+  engine: event               # event or goroutine (--engine); a restart changes it
   shutdown_timeout: 30s
   log_level: info             # debug, info, warn, error
   log_format: text            # text or json
@@ -180,6 +181,7 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	cfg.Logger = log
+	f.started = cfg.Engine
 	srv, err := relay.New(cfg)
 	if err != nil {
 		return fail(err)
@@ -237,6 +239,7 @@ func (f *relayFlags) config() (relay.Config, error) {
 		}
 		cfg = c
 		cfg.MaxConns = maxConns(f.set["max-conns"], f.global, fc)
+		cfg.Engine = engine(f.set["engine"], f.engine, fc)
 		for _, o := range []struct {
 			flag string
 			file string
@@ -262,6 +265,7 @@ func (f *relayFlags) config() (relay.Config, error) {
 		}
 		cfg.Routes = []relay.Route{r}
 		cfg.MaxConns = f.global
+		cfg.Engine = f.engine
 	default:
 		return cfg, errors.New("need LISTEN and TARGET addresses, or -c FILE (see zeroio relay --help)")
 	}
@@ -270,7 +274,6 @@ func (f *relayFlags) config() (relay.Config, error) {
 		return cfg, err
 	}
 	cfg.ConnLog = lvl
-	cfg.Engine = f.engine
 	return cfg, nil
 }
 
@@ -384,7 +387,12 @@ func (f *relayFlags) reload(srv *relay.Server, log *slog.Logger) {
 		log.Error("reload failed; keeping the running config", "err", err)
 		return
 	}
-	cfg.Engine = f.engine
+	// relay.Server.Update keeps the engine the relay started with; a new
+	// one in the file takes a restart.
+	cfg.Engine = engine(f.set["engine"], f.engine, fc)
+	if cfg.Engine != f.started {
+		log.Warn("the engine changes only at a restart; keeping the running one", "engine", f.started, "file", cfg.Engine)
+	}
 	if err := srv.Update(cfg); err != nil {
 		log.Error("reload failed; keeping the running config", "err", err)
 		return
@@ -399,6 +407,15 @@ func maxConns(flagSet bool, flagMax int, fc fileConfig) int {
 		return flagMax
 	}
 	return fc.MaxConns
+}
+
+// engine is the engine's name: --engine if it was given, else the file's
+// engine ("" is the platform's default), at start and at every reload.
+func engine(flagSet bool, flagEngine string, fc fileConfig) string {
+	if flagSet {
+		return flagEngine
+	}
+	return fc.Engine
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {

@@ -19,6 +19,7 @@ type relayFlags struct {
 	opt  options
 
 	file, pprofAddr, engine    string
+	started                    string // the engine the relay started with
 	global                     int
 	checkOnly, checkTargets    bool
 	help                       bool
@@ -82,7 +83,7 @@ func newRelayFlags() *relayFlags {
 	fs.StringVar(&f.opt.logFormat, "log-format", "text", "text or json (to stderr)")
 	fs.StringVar(&f.opt.connLog, "conn-log", "debug", "`level` of the line logged for each finished connection (client, route, target, bytes, duration, why it ended): debug, info, warn or off")
 	fs.StringVar(&f.opt.metrics, "metrics", "", "serve Prometheus metrics at http://`host:port`/metrics, and /healthz (200, or 503 while shutting down)")
-	fs.StringVar(&f.engine, "engine", "", "how stream routes move bytes: event (event loops, no goroutine per connection; Linux) or goroutine (goroutines per connection, every platform); default the platform's best, event on Linux")
+	fs.StringVar(&f.engine, "engine", "", "the `engine` that moves stream routes' bytes: event (event loops, no goroutine per connection; Linux) or goroutine (goroutines per connection, every platform); default the platform's best, event on Linux")
 	fs.StringVar(&f.pprofAddr, "pprof", "", "serve Go's runtime profiles (net/http/pprof) at http://`host:port`/debug/pprof/; off by default, keep it on loopback")
 	fs.DurationVar(&f.opt.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long connections may finish")
 	fs.BoolVar(&f.checkOnly, "check-config", false, "check the flags or config file without dialling anything, list the routes and exit without listening")
