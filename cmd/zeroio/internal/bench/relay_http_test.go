@@ -4,6 +4,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -183,6 +185,33 @@ func TestRelayHTTPSmoke(t *testing.T) {
 				t.Errorf("metrics %v: cpu-µs/req is for relays only", m)
 			}
 		})
+	}
+}
+
+// TestZeroioEngines: the suites find the engines `zeroio relay --engine`
+// takes (through --help and --check-config) and give each a cell above
+// the Quick scale, which runs the default engine alone.
+func TestZeroioEngines(t *testing.T) {
+	useZeroio(t)
+	if ZeroioCommand == "" {
+		t.Skip("no zeroio executable to ask")
+	}
+	want := []string{"goroutine"}
+	if runtime.GOOS == "linux" {
+		want = []string{"event", "goroutine"}
+	}
+	if got := zeroioEngines(); !slices.Equal(got, want) {
+		t.Fatalf("engines %q, want %q", got, want)
+	}
+	if got := zeroioImpls(Quick); !slices.Equal(got, []string{"zeroio"}) {
+		t.Errorf("Quick cells %q, want zeroio alone", got)
+	}
+	wantImpls := []string{"zeroio"}
+	for _, e := range want {
+		wantImpls = append(wantImpls, "zeroio-"+e)
+	}
+	if got := zeroioImpls(Default); !slices.Equal(got, wantImpls) {
+		t.Errorf("Default cells %q, want %q", got, wantImpls)
 	}
 }
 
