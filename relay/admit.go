@@ -127,6 +127,53 @@ func (rt *route) waitAdmit() bool {
 	return true
 }
 
+// A client of a front whose routes its ClientHello tells apart holds a
+// slot under the server's limit (and so its descriptor budget) from its
+// accept: a client that stalls in its hello holds a descriptor as much
+// as one relayed, and without the slot any number of them would get past
+// the accept pause. The route its hello chooses then takes the slot over
+// (admitHeld), or it is given back (unpeek).
+
+// admitPeek takes a slot under the server's limit for a client whose
+// route its hello will choose.
+func (s *Server) admitPeek() bool {
+	n := s.active.Add(1)
+	if lim := s.limit(); lim > 0 && n > lim {
+		s.active.Add(-1)
+		return false
+	}
+	return true
+}
+
+// unpeek gives back a slot admitPeek took, for a client no route took.
+func (s *Server) unpeek() {
+	s.active.Add(-1)
+	s.slotFreed()
+}
+
+// admitHeld takes a slot under rt's own limit for a client that holds
+// one under the server's (admitPeek's): on success the route owns both,
+// and releaseSlots gives them back together.
+func (rt *route) admitHeld(r *Route) bool {
+	if m := rt.active.Add(1); r.MaxConns > 0 && m > int64(r.MaxConns) {
+		rt.active.Add(-1)
+		return false
+	}
+	return true
+}
+
+// waitAdmitHeld is waitAdmit for a client holding a server slot: it
+// waits while rt is full. It returns false when rt stops first; the
+// server slot is still held then.
+func (rt *route) waitAdmitHeld() bool {
+	for !rt.admitHeld(rt.cfg.Load()) {
+		if !rt.srv.pause(rt, rt.done, nil) {
+			return false
+		}
+	}
+	return true
+}
+
 // pausing logs that the route's accepting paused at a limit: once when a
 // pause begins after 10 s without one, then a count every 30 s while
 // pauses go on, never a line per connection.

@@ -109,13 +109,32 @@ func (e *goroutineEngine) serveFront(f *front, c net.Conn, wait bool) {
 		e.serveConn(t.only(), c, wait)
 		return
 	}
-	p := &pair{e: e, client: c, start: time.Now()}
-	if !e.track(p) {
+	// The hello's wait holds a server slot (admitPeek): at the limit
+	// the accept loop waits here, as serveConn's waitAdmit does.
+	s := f.srv
+	if !s.admitPeek() && !(wait && f.waitPeek()) {
 		c.Close()
 		return
 	}
-	f.srv.connWG.Add(1)
+	p := &pair{e: e, client: c, start: time.Now()}
+	if !e.track(p) {
+		s.unpeek()
+		c.Close()
+		return
+	}
+	s.connWG.Add(1)
 	go p.runFront(f, t)
+}
+
+// waitPeek takes a server slot for a client of f, waiting while the
+// server is at its limit; false when f stops first.
+func (f *front) waitPeek() bool {
+	for !f.srv.admitPeek() {
+		if !f.srv.pause(nil, f.done, nil) {
+			return false
+		}
+	}
+	return true
 }
 
 // runFront reads the client's PROXY header and hello, chooses its route,
@@ -124,8 +143,9 @@ func (p *pair) runFront(f *front, t *routeTable) {
 	rt := f.readHello(p.client, t, &p.pk)
 	if rt != nil {
 		rt.st.accepted.Add(1)
-		// Over the route's limit, the client waits for a slot.
-		if rt.waitAdmit() {
+		// The route takes over the server slot the hello held; over
+		// the route's limit, the client waits for a slot.
+		if rt.waitAdmitHeld() {
 			p.rt, p.cfg = rt, rt.cfg.Load()
 			p.run()
 			return
@@ -133,6 +153,7 @@ func (p *pair) runFront(f *front, t *routeTable) {
 		rt.st.overLimit.Add(1)
 		p.client.Close()
 	}
+	f.srv.unpeek()
 	p.e.untrack(p)
 	f.srv.connWG.Done()
 }

@@ -36,6 +36,7 @@ type evConn struct {
 	cseq, tseq uint32
 	state      uint8
 	perClient  bool // took a slot under MaxConnsPerClient
+	peekSlot   bool // holds a server slot for its hello (admitPeek)
 	dstKnown   bool // dst came from a PROXY header
 	// Readiness of each socket as edge-triggered epoll reported it,
 	// cleared when a call would block.
@@ -90,6 +91,20 @@ func (l *loop) accepted(f *front, fd int, peer netip.AddrPort, wait bool) {
 	r := t.routes[0].cfg.Load() // the front's settings
 	c.front, c.table, c.cfg, c.cfd, c.src, c.start = f, t, r, fd, peer, l.now
 	c.state = stHello
+	// The hello's wait holds a server slot, which its route takes over
+	// (take). acceptAll found room before accepting; if another loop
+	// took it meanwhile, the client is let in over the limit rather
+	// than reset: by at most one per loop, as the goroutine engine's
+	// accept loops pausing after their accept.
+	c.peekSlot = true
+	if !f.srv.admitPeek() {
+		if !wait {
+			c.peekSlot = false
+			c.finish(errQuiet)
+			return
+		}
+		f.srv.active.Add(1)
+	}
 	if e := l.register(c, fd, false); e != 0 {
 		f.acceptFailed()
 		c.finish(errQuiet)
@@ -200,7 +215,14 @@ const slotRetry = 20 * time.Millisecond
 // take admits c under rt's limits or, with wait, parks it until a slot
 // frees (or rt stops), as the goroutine engine's waitAdmit does.
 func (c *evConn) take(rt *route, wait bool) {
-	if rt.admit(rt.cfg.Load()) {
+	var ok bool
+	if c.peekSlot { // the route takes over the hello's server slot
+		ok = rt.admitHeld(rt.cfg.Load())
+	} else {
+		ok = rt.admit(rt.cfg.Load())
+	}
+	if ok {
+		c.peekSlot = false
 		c.admitted(rt)
 		return
 	}
@@ -349,6 +371,10 @@ func (c *evConn) finish(why error) {
 	c.up.release(l)
 	c.down.release(l)
 	if rt == nil { // turned away before a route took it
+		if c.peekSlot {
+			l.e.s.unpeek()
+			l.freed = true
+		}
 		*c = evConn{lp: l, idx: c.idx, cfd: -1, tfd: -1}
 		l.freeConn(c)
 		l.e.s.connWG.Done()
