@@ -1,0 +1,140 @@
+package relay
+
+import (
+	"errors"
+	"net"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The goroutine engine's relay of a connected pair: a goroutine per
+// direction copying with package splice, and the idle timeout.
+
+// relay copies both directions until both end, then closes both sides.
+func (p *pair) relay() {
+	rt := p.rt
+	p.last.Store(time.Now().UnixNano())
+	if idle := p.cfg.IdleTimeout; idle > 0 {
+		p.mu.Lock()
+		p.timer = time.AfterFunc(idle, p.checkIdle)
+		p.mu.Unlock()
+	}
+	done := make(chan struct{})
+	go func() { p.half(p.target, p.client, &rt.st.bytesUp, &p.up, endClientClosed); close(done) }()
+	p.half(p.client, p.target, &rt.st.bytesDown, &p.down, endTargetClosed)
+	<-done
+	p.b.connEnd(p.up, p.down)
+	p.mu.Lock()
+	if p.timer != nil {
+		p.timer.Stop()
+	}
+	why := p.why
+	p.aborted = true
+	p.mu.Unlock()
+	p.client.Close()
+	p.target.Close()
+	end := p.endFirst
+	switch why {
+	case nil:
+	case errShutdown:
+		end = endShutdown
+	case errIdle:
+		rt.st.idleTimeouts.Add(1)
+		end = endIdle
+		rt.srv.log.Debug("idle timeout", "route", rt.name, "client", p.clientIP)
+	default:
+		rt.st.errCopy.Add(1)
+		end = endReset
+		rt.srv.log.Debug("relay ended with error", "route", rt.name, "client", p.clientIP, "err", why)
+	}
+	rt.st.relayed.Add(1)
+	rt.logEnd(p.src, p.b, p.up, p.down, p.start, end)
+}
+
+// half copies src to dst. At EOF it shuts down writing on dst, passing
+// the half-close on while the other direction keeps flowing; on an error
+// it aborts both directions, and the first error is the pair's cause.
+func (p *pair) half(dst, src net.Conn, count *atomic.Uint64, mine *uint64, eof endReason) {
+	_, err := copyStream(dst, src, func(n int64) {
+		p.last.Store(time.Now().UnixNano())
+		count.Add(uint64(n))
+		*mine += uint64(n)
+	})
+	if err == nil {
+		p.mu.Lock()
+		if p.endFirst == 0 {
+			p.endFirst = eof
+		}
+		p.mu.Unlock()
+		cw, ok := dst.(interface{ CloseWrite() error })
+		if !ok {
+			return
+		}
+		// ENOTCONN: the peer already reset; the other half reports it.
+		if err = cw.CloseWrite(); err == nil || errors.Is(err, syscall.ENOTCONN) {
+			return
+		}
+	}
+	p.abort(err)
+}
+
+// abort closes both sides once, unblocking both directions; the first
+// call's reason is kept.
+func (p *pair) abort(why error) {
+	p.mu.Lock()
+	if p.aborted {
+		p.mu.Unlock()
+		return
+	}
+	p.aborted = true
+	p.why = why
+	t, cancel := p.target, p.cancel
+	p.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	p.client.Close()
+	if t != nil {
+		t.Close()
+	}
+}
+
+// isAborted reports whether abort has run.
+func (p *pair) isAborted() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.aborted
+}
+
+// checkIdle runs on the idle timer: it aborts the pair if nothing moved for
+// IdleTimeout, or re-arms for the time left.
+func (p *pair) checkIdle() {
+	idle := p.cfg.IdleTimeout
+	since := time.Duration(time.Now().UnixNano() - p.last.Load())
+	if since >= idle {
+		p.abort(errIdle)
+		return
+	}
+	p.mu.Lock()
+	if !p.aborted {
+		p.timer.Reset(idle - since)
+	}
+	p.mu.Unlock()
+}
+
+// setKeepAlive turns keep-alive on for an accepted connection when the
+// route asks for it (a positive period), as the dial does on the target
+// side; otherwise the socket is left as accepted, without keep-alive (the
+// listener's setting), and no system call is made.
+func setKeepAlive(c net.Conn, period time.Duration) {
+	if tc, ok := c.(*net.TCPConn); ok && period > 0 {
+		tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: period})
+	}
+}
+
+func setNoDelay(c net.Conn, on bool) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetNoDelay(on)
+	}
+}
