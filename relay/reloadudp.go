@@ -22,7 +22,7 @@ func (p *plan) prepareUDP(cfg Config) error {
 	s := p.s
 	kept := map[string]bool{} // running UDP routes whose sockets stay
 	for _, r := range cfg.Routes {
-		if old := s.routes[r.Name]; r.Listen.Datagram() && old != nil && old.udp != nil && old.cfg.Load().Listen == r.Listen {
+		if old := s.routes[r.Name]; r.Listen.Datagram() && old != nil && old.udp != nil && keepsSockets(old, &r) {
 			kept[r.Name] = true
 		}
 	}
@@ -66,6 +66,30 @@ func (p *plan) prepareUDP(cfg Config) error {
 		p.udpNew[r.Name] = rt
 	}
 	return nil
+}
+
+// keepsSockets reports whether rt's sockets are the ones r asks for: the
+// same listen address, or one that names the address they are bound to
+// (port 0 made explicit, "udp" or "udp4" for an IPv4 address). Only the
+// wildcard's network tells a dual-stack socket from an IPv6-only or an
+// IPv4 one.
+func keepsSockets(rt *route, r *Route) bool {
+	cur := rt.cfg.Load()
+	if cur.Listen == r.Listen {
+		return true
+	}
+	la, err := net.ResolveUDPAddr(r.Listen.Network, r.Listen.Address)
+	if err != nil || len(rt.udp.lns) == 0 {
+		return false
+	}
+	at := rt.udp.lns[0].LocalAddr().(*net.UDPAddr)
+	if la.Port != 0 && la.Port != at.Port {
+		return false
+	}
+	if la.IP == nil || la.IP.IsUnspecified() {
+		return r.Listen.Network == cur.Listen.Network && at.IP.IsUnspecified()
+	}
+	return la.IP.Equal(at.IP)
 }
 
 // growUDP prepares a kept UDP route for r's workers: the sockets a larger
@@ -158,6 +182,11 @@ func sameGroup(u, v *udpRoute) bool {
 	return len(u.lns) > 0 && len(v.lns) > 0 && u.lns[0].LocalAddr().String() == v.lns[0].LocalAddr().String()
 }
 
+// samePort reports whether u's and v's sockets share a port.
+func samePort(u, v *udpRoute) bool {
+	return len(u.lns) > 0 && len(v.lns) > 0 && u.lns[0].LocalAddr().(*net.UDPAddr).Port == v.lns[0].LocalAddr().(*net.UDPAddr).Port
+}
+
 // handOver stops rt, a UDP route that a reload replaced by next (nil if
 // removed) or moved, once next's sockets are read. If next's sockets
 // joined rt's SO_REUSEPORT group (the same address), the kernel is told
@@ -171,9 +200,21 @@ func (rt *route) handOver(next *route) {
 		nu = next.udp
 	}
 	steered := false
-	if nu != nil && sameGroup(u, nu) {
+	switch {
+	case nu == nil:
+	case sameGroup(u, nu):
 		steered = steerUDP(u.lns[0], len(u.lns), len(nu.lns)) == nil
 		if steered {
+			settleSteering()
+		}
+	case samePort(u, nu):
+		// Two groups on one port: the old one may outrank the new for
+		// the kernel's lookup until it closes.
+		ok := true
+		for _, ln := range u.lns {
+			ok = unhashUDP(ln) == nil && ok
+		}
+		if ok {
 			settleSteering()
 		}
 	}

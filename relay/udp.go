@@ -334,6 +334,12 @@ func (u *udpRoute) shrink(m int) bool {
 	gone := u.lns[m:]
 	u.lns = u.lns[:m:m]
 	for _, ln := range gone {
+		// Closing a socket of a group leaves it in the kernel's lookup
+		// for a moment after it left the group, and a datagram found it
+		// then would be dropped with it (udp_lib_unhash detaches it
+		// from the group before unlinking it). Connected, it is found
+		// by no client.
+		unhashUDP(ln)
 		ln.retire.Store(true)
 		ln.SetReadDeadline(time.Unix(1, 0)) // wakes a blocked ReadBatch
 	}

@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -79,11 +81,18 @@ func TestUDPRebindLosesNothing(t *testing.T) {
 	}{
 		{"workers", true, false, func(i int, r *Route) { r.Workers = 1 + i%2 }},
 		{"workers-refused", true, true, func(i int, r *Route) { r.Workers = 2 }},
-		{"network-refused", false, true, func(i int, r *Route) { r.Listen.Network = "udp4" }},
-		{"network", false, false, func(i int, r *Route) { r.Listen.Network = []string{"udp", "udp4"}[i%2] }},
-		{"network-workers", false, false, func(i int, r *Route) {
+		// The same sockets, named differently: kept.
+		{"network-workers", true, false, func(i int, r *Route) {
 			r.Listen.Network = []string{"udp", "udp4"}[i%2]
 			r.Workers = 1 + i%2
+		}},
+		// New sockets beside the old ones on the port, which outrank
+		// them until they stop (a specific address over the wildcard).
+		{"wildcard", false, false, func(i int, r *Route) {
+			r.Listen.Address = net.JoinHostPort([]string{"127.0.0.1", "0.0.0.0"}[i%2], strconv.Itoa(r.Listen.port()))
+		}},
+		{"wildcard-refused", true, true, func(i int, r *Route) {
+			r.Listen.Address = net.JoinHostPort("0.0.0.0", strconv.Itoa(r.Listen.port()))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -108,6 +117,8 @@ func TestUDPRebindLosesNothing(t *testing.T) {
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			sent := make([][]uint64, clients)
+			nsent := make([]atomic.Int64, clients)
+			var marks [][clients]int64
 			lostEchoes := make([]int, clients)
 			errs := make(chan error, clients)
 			for ci := range clients {
@@ -159,6 +170,7 @@ func TestUDPRebindLosesNothing(t *testing.T) {
 							return
 						}
 						sent[ci] = append(sent[ci], q)
+						nsent[ci].Store(int64(i + 1))
 					}
 					for got < len(sent[ci]) && read(2*time.Second) {
 					}
@@ -175,6 +187,11 @@ func TestUDPRebindLosesNothing(t *testing.T) {
 					bad.Name, bad.Listen = "v", Addr{"udp", taken.LocalAddr().String()}
 					next.Routes = append(next.Routes, bad)
 				}
+				var mk [clients]int64
+				for ci := range clients {
+					mk[ci] = nsent[ci].Load()
+				}
+				marks = append(marks, mk)
 				if err := s.Update(next); (err != nil) != tc.refused {
 					t.Fatalf("reload %d: %v", i, err)
 				}
@@ -191,6 +208,9 @@ func TestUDPRebindLosesNothing(t *testing.T) {
 				total += len(sent[ci])
 				if m := target.missing(sent[ci]); len(m) > 0 {
 					t.Errorf("client %d: %d of %d datagrams never reached the target (first %#x)", ci, len(m), len(sent[ci]), m[0])
+					for k, mk := range marks {
+						t.Logf("reload %d began at seq %d", k, mk[ci])
+					}
 				}
 				if tc.echoes && lostEchoes[ci] > 0 {
 					t.Errorf("client %d: %d of %d echoes lost", ci, lostEchoes[ci], len(sent[ci]))

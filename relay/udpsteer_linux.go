@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -11,7 +10,7 @@ import (
 // sockets bound later to its port join it (one group when their address
 // is the same, two groups sharing the port when one is the wildcard):
 // udp_lib_get_port checks the option of both sockets at the later bind.
-func reusePortUDP(c syscall.Conn) error {
+func reusePortUDP(c controller) error {
 	return controlConn(c, func(fd int) error {
 		return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
 	})
@@ -25,7 +24,7 @@ func reusePortUDP(c syscall.Conn) error {
 // sockets of a route keep their numbers as long as only the last ones
 // close. An index past the group's end makes the kernel fall back to its
 // hash. A program attached later replaces this one.
-func steerUDP(c syscall.Conn, first, n int) error {
+func steerUDP(c controller, first, n int) error {
 	prog := []unix.SockFilter{
 		{Code: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: skfAdOff + skfAdRandom},
 		{Code: unix.BPF_ALU | unix.BPF_MOD | unix.BPF_K, K: uint32(n)},
@@ -38,14 +37,16 @@ func steerUDP(c syscall.Conn, first, n int) error {
 	})
 }
 
+// controller is a socket whose options can be set: a *udp.Conn, whose
+// Control (unlike SyscallConn, which hands the socket out) leaves GRO on.
+type controller interface {
+	Control(f func(fd uintptr)) error
+}
+
 // controlConn runs f on c's descriptor.
-func controlConn(c syscall.Conn, f func(fd int) error) error {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return err
-	}
+func controlConn(c controller, f func(fd int) error) error {
 	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
+	if err := c.Control(func(fd uintptr) { ferr = f(int(fd)) }); err != nil {
 		return err
 	}
 	return ferr
@@ -67,4 +68,37 @@ func settleSteering() {
 	if _, _, e := unix.Syscall(unix.SYS_MEMBARRIER, membarrierCmdGlobal, 0, 0); e != 0 {
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// unhashUDP takes a listening UDP socket out of the kernel's choice for
+// datagrams from clients while keeping what it holds: connected to its
+// own address (the loopback address if it is bound to the wildcard), it
+// matches only datagrams from there (a connected socket receives from its
+// peer only, udp(7)), so clients' datagrams go to the other sockets on
+// its port. A route that moves off an address that outranks the new one
+// for the kernel (a specific address for the wildcard, an IPv4 socket for
+// a dual-stack one) does this before draining its old sockets, which
+// would otherwise take datagrams until they close.
+func unhashUDP(c controller) error {
+	return controlConn(c, func(fd int) error {
+		la, err := unix.Getsockname(fd)
+		if err != nil {
+			return err
+		}
+		switch la := la.(type) {
+		case *unix.SockaddrInet4:
+			to := &unix.SockaddrInet4{Port: la.Port, Addr: la.Addr}
+			if to.Addr == [4]byte{} {
+				to.Addr = [4]byte{127, 0, 0, 1}
+			}
+			return unix.Connect(fd, to)
+		case *unix.SockaddrInet6:
+			to := &unix.SockaddrInet6{Port: la.Port, Addr: la.Addr, ZoneId: la.ZoneId}
+			if to.Addr == [16]byte{} {
+				to.Addr[15] = 1 // ::1
+			}
+			return unix.Connect(fd, to)
+		}
+		return unix.EAFNOSUPPORT
+	})
 }
