@@ -106,16 +106,17 @@ func (s *Server) sortedNames() []string {
 // keep theirs.
 //
 // A UDP reload loses no datagram. A UDP route whose listen address stays
-// keeps its sockets and sessions; more workers add sockets to their
-// SO_REUSEPORT group, fewer steer new datagrams to the sockets that stay
-// (a BPF program on the group) and retire the others once they have
-// relayed what they hold (where the kernel refuses the program, the
-// surplus sockets stay open, and a warning says so). A UDP route whose
-// listen address changes opens its new sockets first, sharing the port
-// with the old ones where needed (SO_REUSEPORT, Linux), and the old ones
-// stop only then, relaying the datagrams queued on them; the sessions of
-// a moved or removed UDP route end with it, since their replies leave
-// through its sockets.
+// (or names the address its sockets are bound to, as "udp" and "udp4" do
+// for an IPv4 address) keeps its sockets and sessions; more workers add
+// sockets to their SO_REUSEPORT group, fewer steer new datagrams to the
+// sockets that stay (a BPF program on the group) and retire the others
+// once they have relayed what they hold (where the kernel refuses the
+// program, the surplus sockets stay open, and a warning says so). A UDP
+// route whose listen address changes opens its new sockets first,
+// sharing the port with the old ones where needed (SO_REUSEPORT, Linux),
+// and the old ones stop only then, relaying the datagrams queued on
+// them; the sessions of a moved or removed UDP route end with it, since
+// their replies leave through its sockets.
 //
 // A stream reload loses no client: routes sharing a listen address
 // change by swapping the route table of the address's listening sockets,
