@@ -12,6 +12,11 @@ import (
 // when active checks run, until they pass Rise times.
 func (b *backend) dialFailed(err error) {
 	b.dialFails.Add(1)
+	b.markDown("dial failed", err)
+}
+
+// markDown marks b down as dialFailed does, for the reason why.
+func (b *backend) markDown(why string, err error) {
 	n := b.failStreak.Add(1)
 	if b.checked.Load() {
 		b.rise.Store(0)
@@ -20,18 +25,21 @@ func (b *backend) dialFailed(err error) {
 		d := minBackoff << min(n-1, 5)
 		b.downUntil.Store(time.Now().Add(min(d, maxBackoff)).UnixNano())
 	}
-	b.logState(b.rt.srv.log, true, "dial failed", err)
+	b.logState(b.rt.srv.log, true, why, err)
 }
 
 // dialOK clears a failed dial's mark: the target answers.
-func (b *backend) dialOK() {
+func (b *backend) dialOK() { b.markUp("dial succeeded") }
+
+// markUp clears b's down mark, for the reason why.
+func (b *backend) markUp(why string) {
 	if b.failStreak.Load() == 0 && b.downUntil.Load() == 0 {
 		return // the common case: no write to a shared line
 	}
 	b.failStreak.Store(0)
 	b.downUntil.Store(0)
 	b.loops.Store(false)
-	b.logState(b.rt.srv.log, false, "dial succeeded", nil)
+	b.logState(b.rt.srv.log, false, why, nil)
 }
 
 // Active health: a checker per target while the set is in use.

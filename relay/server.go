@@ -314,9 +314,8 @@ func newRoute(s *Server, r Route, l *load) *route {
 	return rt
 }
 
-// update gives rt settings that need no rebind; on an error (a UDP
-// route's new target does not resolve) it keeps its old ones. tg is the
-// UDP target resolved for r, if it was.
+// update gives rt settings that need no rebind; on an error it keeps its
+// old ones. tg is the UDP target resolved for r, if it was.
 func (rt *route) update(r Route, tg *resolved) error {
 	if rt.udp != nil {
 		if err := rt.udp.update(rt.cfg.Load(), &r, tg); err != nil {
@@ -326,6 +325,9 @@ func (rt *route) update(r Route, tg *resolved) error {
 	rt.cfg.Store(&r)
 	if ts := rt.swapTargets(&r); rt.srv.started {
 		ts.startChecks(rt.srv)
+	}
+	if rt.udp != nil {
+		rt.udp.noteUnresolved()
 	}
 	return nil
 }

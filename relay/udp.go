@@ -88,6 +88,7 @@ func listenUDP(rt *route, r *Route, res *resolved, reuse bool) (*udpRoute, error
 	if err != nil {
 		return nil, err
 	}
+	u.noteUnresolved()
 	u.first.Store(u.lns[0].Conn)
 	return u, nil
 }

@@ -374,13 +374,17 @@ func TestUDPUpdateTarget(t *testing.T) {
 	if st := s.Stats().Routes[0]; st.Target != "udp://"+b.LocalAddr().String() || st.SessionsTotal != 2 {
 		t.Errorf("Stats: target %s, %d sessions", st.Target, st.SessionsTotal)
 	}
-	// A target that does not resolve is refused, and changes nothing.
-	cfg.Routes[0].Target.Address = "no-such-host.invalid:53"
-	if err := s.Update(cfg); err == nil {
-		t.Error("Update to an unresolvable target succeeded")
+	// A target that does not resolve is down, and the route serves with
+	// the others.
+	cfg.Routes[0].Target = Addr{}
+	cfg.Routes[0].Targets = []Target{{Addr: Addr{Network: "udp", Address: "no-such-host.invalid:53"}, Weight: 1}, {Addr: Addr{Network: "udp", Address: b.LocalAddr().String()}, Weight: 1}}
+	if err := s.Update(cfg); err != nil {
+		t.Fatalf("Update beside an unresolvable target: %v", err)
 	}
-	if got := askUDP(dial()); got != "B" {
-		t.Errorf("new session after the refused reload answered by %q, want B", got)
+	for range 2 {
+		if got := askUDP(dial()); got != "B" {
+			t.Errorf("new session after the reload answered by %q, want B", got)
+		}
 	}
 }
 

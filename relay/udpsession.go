@@ -70,10 +70,15 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 	}
 	// The session's target, for as long as it lives: a client's flow
 	// stays on one target.
+	// A target without an address (its name does not resolve, or a
+	// reload just dropped it) gives way to the next.
 	var tried triedSet
-	b := u.rt.targets().pick(m.Addr.Addr(), &tried)
+	var b *backend
 	var tg *udpTarget
-	if b != nil {
+	for tg == nil {
+		if b = u.rt.targets().pick(m.Addr.Addr(), &tried); b == nil {
+			break
+		}
 		tg = u.targetFor(b, now)
 	}
 	if tg == nil {

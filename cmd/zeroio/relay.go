@@ -140,8 +140,8 @@ Signals: SIGINT or SIGTERM stops accepting and lets connections finish for
 --shutdown-timeout, then closes them (a second signal closes at once);
 meanwhile /healthz on the --metrics address answers 503.
 SIGHUP reloads the config file, all or nothing: if the file is bad or any
-route cannot start (an address in use, a UDP target that does not
-resolve), the error is logged and the running config kept whole.
+route cannot start (an address in use), the error is logged and the
+running config kept whole.
 Otherwise new routes start, removed routes stop listening, and
 established connections are never touched. A stream reload loses no
 client: an address that stays keeps its sockets (a change of workers adds
