@@ -69,7 +69,10 @@ type TargetStats struct {
 
 // Stats is a snapshot of a Server's counters.
 type Stats struct {
-	Active int64 // stream relays in progress over all routes
+	// Active counts the slots taken under Config.MaxConns: stream
+	// relays in progress over all routes, and clients still sending the
+	// ClientHello that chooses their route.
+	Active int64
 	Routes []RouteStats
 	// Fronts are the stream listen addresses, sorted by Listen, with
 	// the clients turned away before a route was chosen.
