@@ -330,6 +330,12 @@ func (l *loop) connEvent(ev *unix.EpollEvent) {
 		return
 	}
 	c := l.conns[i]
+	// The clock is read again for each connection's event, not once per
+	// wake-up: bytes moved here stamp c.last with it, and a loop that was
+	// descheduled after waking would otherwise stamp them with a time
+	// from before the stall and close an active connection early for
+	// idleness by the stall's length.
+	l.now = mono()
 	target := ev.Fd&1 == 1
 	seq := c.cseq
 	if target {
