@@ -190,22 +190,10 @@ func testReloadAllOrNothing(t *testing.T) {
 // startUDPEcho is a UDP echo server; it returns its address.
 func startUDPEcho(t *testing.T) Addr {
 	t.Helper()
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 2048)
-		for {
-			n, a, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			pc.WriteTo(buf[:n], a)
-		}
-	}()
-	t.Cleanup(func() { pc.Close(); <-done })
-	return Addr{"udp", pc.LocalAddr().String()}
+	serveUDP(t, c, func(in []byte) []byte { return in })
+	return Addr{"udp", c.LocalAddr().String()}
 }

@@ -21,6 +21,14 @@ func udpEcho(t testing.TB, network, addr string) *net.UDPConn {
 	if err != nil {
 		t.Skipf("listen %s %s: %v", network, addr, err)
 	}
+	serveUDP(t, c, func(in []byte) []byte { return in })
+	return c
+}
+
+// serveUDP answers every datagram c reads with reply(datagram), or with
+// nothing where reply returns nil, until the test ends; then it closes c
+// and waits for the loop to stop.
+func serveUDP(t testing.TB, c *net.UDPConn, reply func(in []byte) []byte) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -30,11 +38,12 @@ func udpEcho(t testing.TB, network, addr string) *net.UDPConn {
 			if err != nil {
 				return
 			}
-			c.WriteToUDPAddrPort(buf[:n], from)
+			if out := reply(buf[:n]); out != nil {
+				c.WriteToUDPAddrPort(out, from)
+			}
 		}
 	}()
 	t.Cleanup(func() { c.Close(); <-done })
-	return c
 }
 
 // udpEchoClients runs clients concurrent clients against the relay at ra,
@@ -306,24 +315,7 @@ func TestUDPWorkers(t *testing.T) {
 // tag, so that a client can tell which target a relay sent it to.
 func udpTagServer(t *testing.T, tag string) *net.UDPConn {
 	t.Helper()
-	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 2048)
-		for {
-			_, from, err := c.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				return
-			}
-			c.WriteToUDPAddrPort([]byte(tag), from)
-		}
-	}()
-	t.Cleanup(func() { c.Close(); <-done })
-	return c
+	return udpTagServerAt(t, tag, "127.0.0.1:0")
 }
 
 // askUDP sends a datagram from c and returns the reply, or "" if none

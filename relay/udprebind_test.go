@@ -28,24 +28,14 @@ func newSeqTarget(t *testing.T) *seqTarget {
 	c.SetReadBuffer(4 << 20)
 	c.SetWriteBuffer(4 << 20)
 	st := &seqTarget{c: c, seen: map[uint64]bool{}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 2048)
-		for {
-			n, from, err := c.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				return
-			}
-			if n == 8 {
-				st.mu.Lock()
-				st.seen[binary.BigEndian.Uint64(buf)] = true
-				st.mu.Unlock()
-			}
-			c.WriteToUDPAddrPort(buf[:n], from)
+	serveUDP(t, c, func(in []byte) []byte {
+		if len(in) == 8 {
+			st.mu.Lock()
+			st.seen[binary.BigEndian.Uint64(in)] = true
+			st.mu.Unlock()
 		}
-	}()
-	t.Cleanup(func() { c.Close(); <-done })
+		return in
+	})
 	return st
 }
 

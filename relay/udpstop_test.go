@@ -188,18 +188,6 @@ func udpTagServerAt(t *testing.T, tag, addr string) *net.UDPConn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 2048)
-		for {
-			_, from, err := c.ReadFromUDPAddrPort(buf)
-			if err != nil {
-				return
-			}
-			c.WriteToUDPAddrPort([]byte(tag), from)
-		}
-	}()
-	t.Cleanup(func() { c.Close(); <-done })
+	serveUDP(t, c, func([]byte) []byte { return []byte(tag) })
 	return c
 }
