@@ -131,24 +131,10 @@ func TestThreeTargetsOneDown(t *testing.T) {
 // echoes.
 func nameServer(t *testing.T, name string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				io.WriteString(c, name+"\n")
-				io.Copy(c, c)
-			}()
-		}
-	}()
+	ln := serve(t, "tcp", "127.0.0.1:0", func(c net.Conn) {
+		io.WriteString(c, name+"\n")
+		io.Copy(c, c)
+	})
 	return ln.Addr().String()
 }
 
