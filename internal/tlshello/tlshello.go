@@ -362,19 +362,31 @@ func (r *reader) clientHello(h *Info) error {
 	return nil
 }
 
+// extList reads the two-byte length of the list that an extension of n
+// bytes holds: the list must fill the extension and be at least least
+// bytes long. It returns the value r.left will have at the extension's
+// end.
+func (r *reader) extList(n, least int) (stop int, err error) {
+	if n < 2 {
+		return 0, ErrMalformed
+	}
+	stop = r.left - n
+	list, err := r.vector(2)
+	if err != nil {
+		return 0, err
+	}
+	if list < least || list != n-2 {
+		return 0, ErrMalformed
+	}
+	return stop, nil
+}
+
 // serverName reads a server_name extension of n bytes (RFC 6066, 3): the
 // first host_name is kept, others skipped.
 func (r *reader) serverName(h *Info, n int) error {
-	if n < 2 {
-		return ErrMalformed
-	}
-	stop := r.left - n
-	list, err := r.vector(2)
+	stop, err := r.extList(n, 1)
 	if err != nil {
 		return err
-	}
-	if list == 0 || list != n-2 {
-		return ErrMalformed
 	}
 	for r.left > stop {
 		typ, err := r.byte1()
@@ -430,16 +442,9 @@ func (r *reader) serverName(h *Info, n int) error {
 // alpn reads an application_layer_protocol_negotiation extension of n
 // bytes (RFC 7301, 3.1), keeping the protocols that fit in h.
 func (r *reader) alpn(h *Info, n int) error {
-	if n < 2 {
-		return ErrMalformed
-	}
-	stop := r.left - n
-	list, err := r.vector(2)
+	stop, err := r.extList(n, 2)
 	if err != nil {
 		return err
-	}
-	if list < 2 || list != n-2 {
-		return ErrMalformed
 	}
 	off := 0
 	for r.left > stop {
