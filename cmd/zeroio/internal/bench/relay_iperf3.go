@@ -182,23 +182,13 @@ func procCPU(pid int) float64 {
 // (proc(5)), or 0 for pid 0. Threads that exited are not counted: the
 // relays measured keep theirs for their life.
 func procCPUNs(pid int) int64 {
-	if pid == 0 {
-		return 0
-	}
-	dir := fmt.Sprintf("/proc/%d/task", pid)
-	es, _ := os.ReadDir(dir)
-	var ns int64
-	for _, e := range es {
-		b, err := os.ReadFile(dir + "/" + e.Name() + "/schedstat")
-		if err != nil {
-			continue // the thread just exited
-		}
-		if f := strings.Fields(string(b)); len(f) > 0 {
+	return sumThreads(pid, "schedstat", func(s string) int64 {
+		if f := strings.Fields(s); len(f) > 0 {
 			v, _ := strconv.ParseInt(f[0], 10, 64)
-			ns += v
+			return v
 		}
-	}
-	return ns
+		return 0
+	})
 }
 
 // procSwitches returns how many times a process's threads have been
@@ -207,6 +197,23 @@ func procCPUNs(pid int) int64 {
 // /proc/PID/task/TID/status (proc(5)), or 0 for pid 0. Threads that
 // exited are not counted.
 func procSwitches(pid int) int64 {
+	return sumThreads(pid, "status", func(s string) int64 {
+		var n int64
+		for _, l := range strings.Split(s, "\n") {
+			k, v, ok := strings.Cut(l, ":")
+			if ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
+				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += x
+			}
+		}
+		return n
+	})
+}
+
+// sumThreads sums count over the file name of each of a process's threads
+// (/proc/PID/task/TID/name), or 0 for pid 0. A thread that exits while it
+// is read is not counted.
+func sumThreads(pid int, name string, count func(string) int64) int64 {
 	if pid == 0 {
 		return 0
 	}
@@ -214,17 +221,11 @@ func procSwitches(pid int) int64 {
 	es, _ := os.ReadDir(dir)
 	var n int64
 	for _, e := range es {
-		b, err := os.ReadFile(dir + "/" + e.Name() + "/status")
+		b, err := os.ReadFile(dir + "/" + e.Name() + "/" + name)
 		if err != nil {
 			continue // the thread just exited
 		}
-		for _, l := range strings.Split(string(b), "\n") {
-			k, v, ok := strings.Cut(l, ":")
-			if ok && (k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches") {
-				x, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-				n += x
-			}
-		}
+		n += count(string(b))
 	}
 	return n
 }
