@@ -5,47 +5,17 @@ import (
 	"testing"
 
 	"github.com/zeroio/zeroio/internal/tlshello"
+	"github.com/zeroio/zeroio/internal/tlshello/hellotest"
 )
 
 // hello builds a parsed ClientHello with a server name and ALPN list.
 func hello(t *testing.T, sni string, alpn ...string) *tlshello.Info {
 	t.Helper()
 	var h tlshello.Info
-	if err := tlshello.Parse(buildTestHello(sni, alpn), &h); err != nil {
+	if err := tlshello.Parse(hellotest.Build(sni, alpn), &h); err != nil {
 		t.Fatalf("hello %q %q: %v", sni, alpn, err)
 	}
 	return &h
-}
-
-// buildTestHello is a minimal ClientHello carrying sni (if not empty) and
-// alpn.
-func buildTestHello(sni string, alpn []string) []byte {
-	u16 := func(b []byte, n int) []byte { return append(b, byte(n>>8), byte(n)) }
-	var ext []byte
-	if sni != "" {
-		ext = u16(ext, 0)
-		ext = u16(ext, len(sni)+5)
-		ext = u16(ext, len(sni)+3)
-		ext = append(ext, 0)
-		ext = u16(ext, len(sni))
-		ext = append(ext, sni...)
-	}
-	if len(alpn) > 0 {
-		var list []byte
-		for _, p := range alpn {
-			list = append(append(list, byte(len(p))), p...)
-		}
-		ext = u16(ext, 16)
-		ext = u16(ext, len(list)+2)
-		ext = u16(ext, len(list))
-		ext = append(ext, list...)
-	}
-	body := append([]byte{3, 3}, make([]byte, 32)...)
-	body = append(body, 0, 0, 2, 0x13, 0x01, 1, 0)
-	body = u16(body, len(ext))
-	body = append(body, ext...)
-	msg := append([]byte{1, byte(len(body) >> 16), byte(len(body) >> 8), byte(len(body))}, body...)
-	return append([]byte{22, 3, 1, byte(len(msg) >> 8), byte(len(msg))}, msg...)
 }
 
 func testTable(t *testing.T, routes []Route) (*routeTable, error) {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/zeroio/zeroio/internal/proxyproto"
+	"github.com/zeroio/zeroio/internal/tlshello/hellotest"
 )
 
 // tlsBackend is a TLS echo server with a self-signed certificate of its
@@ -249,8 +250,8 @@ func testSNIHelloEdges(t *testing.T) {
 		{"malformed", []byte{22, 3, 1, 0, 6, 2, 0, 0, 2, 3, 3}},
 		{"too large", []byte{22, 3, 1, 0x40, 0, 1, 0, 0xff, 0xff}},
 		{"not tls", []byte("GET / HTTP/1.1\r\nHost: a.example\r\n\r\n")},
-		{"unknown name", buildTestHello("b.example", nil)},
-		{"no name", buildTestHello("", []string{"h2"})},
+		{"unknown name", hellotest.Build("b.example", nil)},
+		{"no name", hellotest.Build("", []string{"h2"})},
 	} {
 		c := dial()
 		if _, err := c.Write(tc.send); err != nil {

@@ -3,6 +3,8 @@ package tlshello
 import (
 	"crypto/tls"
 	"testing"
+
+	"github.com/zeroio/zeroio/internal/tlshello/hellotest"
 )
 
 // FuzzParse feeds Parse anything, seeded with real crypto/tls hellos whole
@@ -15,7 +17,7 @@ func FuzzParse(f *testing.F) {
 		f.Add(reframe(hello, 200), len(hello))
 	}
 	f.Add(captureHello(f, &tls.Config{ServerName: "x.example"}), 64)
-	f.Add(buildHello("a.b", []string{"h2", "x"}), 0)
+	f.Add(hellotest.Build("a.b", []string{"h2", "x"}), 0)
 	f.Add([]byte("GET / HTTP/1.1\r\n"), 0)
 	f.Fuzz(func(t *testing.T, b []byte, limit int) {
 		var h Info

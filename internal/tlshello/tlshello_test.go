@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"testing"
+
+	"github.com/zeroio/zeroio/internal/tlshello/hellotest"
 )
 
 // captureHello returns the records of the first flight a crypto/tls client
@@ -186,7 +188,7 @@ func TestParseBadNames(t *testing.T) {
 		{string(bytes.Repeat([]byte("a"), 256)), ErrMalformed, ""},
 	} {
 		var h Info
-		err := Parse(buildHello(tc.name, nil), &h)
+		err := Parse(hellotest.Build(tc.name, nil), &h)
 		if err != tc.want {
 			t.Errorf("%q: %v, want %v", tc.name, err, tc.want)
 			continue
@@ -197,47 +199,13 @@ func TestParseBadNames(t *testing.T) {
 	}
 }
 
-// buildHello makes a minimal ClientHello by hand with a server name of any
-// bytes (crypto/tls refuses bad ones) and ALPN protocols.
-func buildHello(name string, alpn []string) []byte {
-	u16 := func(b []byte, n int) []byte { return append(b, byte(n>>8), byte(n)) }
-	var ext []byte
-	if name != "" {
-		ext = u16(ext, 0)
-		ext = u16(ext, len(name)+5)
-		ext = u16(ext, len(name)+3)
-		ext = append(ext, 0)
-		ext = u16(ext, len(name))
-		ext = append(ext, name...)
-	}
-	if len(alpn) > 0 {
-		var list []byte
-		for _, p := range alpn {
-			list = append(append(list, byte(len(p))), p...)
-		}
-		ext = u16(ext, 16)
-		ext = u16(ext, len(list)+2)
-		ext = u16(ext, len(list))
-		ext = append(ext, list...)
-	}
-	body := []byte{3, 3}
-	body = append(body, make([]byte, 32)...)
-	body = append(body, 0)                // session id
-	body = append(body, 0, 2, 0x13, 0x01) // one suite
-	body = append(body, 1, 0)             // null compression
-	body = u16(body, len(ext))
-	body = append(body, ext...)
-	msg := append([]byte{1, byte(len(body) >> 16), byte(len(body) >> 8), byte(len(body))}, body...)
-	return append([]byte{22, 3, 1, byte(len(msg) >> 8), byte(len(msg))}, msg...)
-}
-
 func TestParseALPNBounds(t *testing.T) {
 	var protos []string
 	for i := range 40 {
 		protos = append(protos, string(bytes.Repeat([]byte{'a' + byte(i%26)}, 20)))
 	}
 	var h Info
-	if err := Parse(buildHello("x.example", protos), &h); err != nil {
+	if err := Parse(hellotest.Build("x.example", protos), &h); err != nil {
 		t.Fatal(err)
 	}
 	if h.NumALPN() != MaxALPN {
