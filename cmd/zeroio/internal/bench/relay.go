@@ -200,6 +200,20 @@ type relayProc struct {
 	exited <-chan struct{}
 }
 
+// haproxyHead opens every HAProxy configuration of the benchmarks, so that
+// HAProxy runs alike in each: TCP mode, splice-auto (HAProxy splices where
+// it judges it worth it), and client and server timeouts longer than any
+// benchmark.
+const haproxyHead = `global
+	maxconn 6000
+defaults
+	mode tcp
+	timeout connect 5s
+	timeout client 1h
+	timeout server 1h
+	option splice-auto
+`
+
 // startRelayProc starts impl relaying to target ("tcp://..." or
 // "udp://...") and returns once it listens.
 func startRelayProc(impl, target string) (*relayProc, error) {
@@ -227,15 +241,7 @@ func startRelayProc(impl, target string) (*relayProc, error) {
 			if err != nil {
 				return nil, err
 			}
-			fmt.Fprintf(cfg, `global
-	maxconn 6000
-defaults
-	mode tcp
-	timeout connect 5s
-	timeout client 1h
-	timeout server 1h
-	option splice-auto
-listen relay
+			fmt.Fprintf(cfg, haproxyHead+`listen relay
 	bind %s
 	server target %s
 `, addr, tgt[1])

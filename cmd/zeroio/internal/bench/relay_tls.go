@@ -389,15 +389,7 @@ func zeroioRejects(file string) string {
 // documentation shows for TLS passthrough: wait for a whole ClientHello,
 // then pick the backend from req.ssl_sni.
 func haproxySNIConf(listen string, backends [2]string) string {
-	return fmt.Sprintf(`global
-	maxconn 6000
-defaults
-	mode tcp
-	timeout connect 5s
-	timeout client 1h
-	timeout server 1h
-	option splice-auto
-frontend sni
+	return fmt.Sprintf(haproxyHead+`frontend sni
 	bind %s
 	tcp-request inspect-delay 5s
 	tcp-request content accept if { req.ssl_hello_type 1 }
