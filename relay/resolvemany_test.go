@@ -14,28 +14,17 @@ import (
 // then have several addresses, which /etc/hosts rarely gives.
 func fakeDNS(t *testing.T, names map[string][]netip.Addr) {
 	t.Helper()
-	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	pc, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			if resp := dnsAnswer(buf[:n], names); resp != nil {
-				pc.WriteTo(resp, from)
-			}
-		}
-	}()
+	serveUDP(t, pc, func(q []byte) []byte { return dnsAnswer(q, names) })
 	old := streamResolver
 	streamResolver = &net.Resolver{PreferGo: true, Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		return d.DialContext(ctx, "udp4", pc.LocalAddr().String())
 	}}
-	t.Cleanup(func() { streamResolver = old; pc.Close() })
+	t.Cleanup(func() { streamResolver = old })
 }
 
 // dnsAnswer builds the response to the query q (RFC 1035 section 4.1):
