@@ -318,6 +318,17 @@ func udpTagServer(t *testing.T, tag string) *net.UDPConn {
 	return udpTagServerAt(t, tag, "127.0.0.1:0")
 }
 
+// dialUDP is a client socket connected to ra, closed when the test ends.
+func dialUDP(t *testing.T, ra *net.UDPAddr) *net.UDPConn {
+	t.Helper()
+	c, err := net.DialUDP("udp4", nil, ra)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // askUDP sends a datagram from c and returns the reply, or "" if none
 // came within a few tries.
 func askUDP(c *net.UDPConn) string {
@@ -341,14 +352,7 @@ func TestUDPUpdateTarget(t *testing.T) {
 	cfg := udpRoute0("127.0.0.1:0", a.LocalAddr(), nil)
 	s := startRelay(t, cfg)
 	ra := s.Addrs("u")[0].(*net.UDPAddr)
-	dial := func() *net.UDPConn {
-		c, err := net.DialUDP("udp4", nil, ra)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dial := func() *net.UDPConn { return dialUDP(t, ra) }
 	old := dial()
 	if got := askUDP(old); got != "A" {
 		t.Fatalf("before the reload: %q", got)

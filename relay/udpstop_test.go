@@ -142,14 +142,7 @@ func TestUDPTargetFollowsDNS(t *testing.T) {
 		Target: Addr{Network: "udp", Address: fmt.Sprintf("backend.test:%d", port)}}}}
 	s := startRelay(t, cfg)
 	ra := s.Addrs("u")[0].(*net.UDPAddr)
-	dial := func() *net.UDPConn {
-		c, err := net.DialUDP("udp4", nil, ra)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
+	dial := func() *net.UDPConn { return dialUDP(t, ra) }
 	old := dial()
 	if got := askUDP(old); got != "A" {
 		t.Fatalf("before the DNS change: answered by %q, want A", got)
