@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -25,7 +24,7 @@ func newPlatformEngine(s *Server, name string) engine {
 
 // eventEngine relays stream connections from GOMAXPROCS event loops, each
 // a goroutine waiting in epoll_wait(2) on an epoll instance of its own
-// (see loop). Every loop watches every listener (EPOLLEXCLUSIVE, so that
+// (see loop and, for the Ps loops hold, reserveProcs). Every loop watches every listener (EPOLLEXCLUSIVE, so that
 // one loop wakes per new connection), accepts until EAGAIN, and keeps
 // each connection it accepted, as a small struct in its slab, until the
 // connection ends: no goroutine and no allocation per connection.
@@ -47,7 +46,7 @@ func (e *eventEngine) start() []*loop {
 		return e.loops
 	}
 	e.running = true
-	n := runtime.GOMAXPROCS(0)
+	n := reserveProcs()
 	for i := range n {
 		l, err := newLoop(e, i)
 		if err != nil {
@@ -58,6 +57,7 @@ func (e *eventEngine) start() []*loop {
 		}
 		e.loops = append(e.loops, l)
 	}
+	releaseProcs(n - len(e.loops))
 	for _, l := range e.loops {
 		e.wg.Add(1)
 		go l.run()
@@ -177,6 +177,7 @@ func (e *eventEngine) close() {
 		lp.post(func() { lp.stop = true })
 	}
 	e.wg.Wait()
+	releaseProcs(len(loops))
 }
 
 func (e *eventEngine) inFlight() []connInfo {

@@ -2,6 +2,8 @@ package relay
 
 import (
 	"os"
+	"runtime"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -9,30 +11,57 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A loop waits for events in Go's netpoller, not in a blocking
-// epoll_wait(2). Its epoll instance is itself pollable (it is readable
-// while events are ready), so the loop polls it without blocking
-// (epoll_wait with a zero timeout, a raw call) and, when nothing is
-// ready, parks on it as on any socket of package net, with a read
-// deadline for the next timer. A blocking epoll_wait would be a system
-// call in progress, each one a P that the runtime's sysmon thread must
-// notice and take back; loops that wake and sleep at every burst keep
-// sysmon at its shortest polling interval (runtime/proc.go, sysmon's
-// delay resets whenever retake takes a P), a cost per wake-up that shows
-// in profiles as sysmon's nanosleep. Parked in the netpoller, the loop
-// holds no thread, and sysmon backs off.
+// A loop waits for events in two ways. While it is busy (it had an event
+// in the last holdWait) it sleeps as HAProxy's and nginx's threads do, in
+// a blocking epoll_wait(2) of its own entered as a raw system call: the
+// runtime does not see the call, so the loop's goroutine keeps its P and
+// its thread while the thread sleeps in the kernel, and an event wakes
+// that thread straight into the loop. Once a wait has found nothing for
+// holdWait, the loop parks in Go's netpoller instead, as any socket of
+// package net does (its epoll instance is itself pollable: readable while
+// events are ready), and holds no P and no thread until the next event.
+//
+// Parking costs more per wake-up, which is why a busy loop does not: the
+// loop's epoll instance is nested in the runtime's, so each event passes
+// through both (ep_poll_callback in fs/eventpoll.c), and a scheduler
+// thread wakes first and then hands the loop's goroutine to a P. An
+// epoll_wait entered as an ordinary system call (syscall.Syscall6) is no
+// better: it gives up the P whenever it blocks longer than sysmon's 20 µs,
+// so a loop that sleeps and wakes at every burst has sysmon take its P and
+// the loop take it back each time, and keeps sysmon at its shortest
+// polling interval (runtime/proc.go, retake).
+//
+// Holding a P while busy has two consequences, both handled here:
+//
+//   - Other goroutines (metrics, reloads, UDP routes, health checks)
+//     must not wait for Ps that busy loops hold: each engine raises
+//     GOMAXPROCS by its number of loops while it runs (reserveProcs), so
+//     the rest of the program keeps the Ps it had.
+//   - A stop-the-world (garbage collection) must reach a loop sleeping in
+//     the kernel. The runtime asks a running goroutine to stop with a
+//     signal (async preemption, Go 1.14; resent until the goroutine
+//     stops), which interrupts epoll_wait: it returns EINTR whatever
+//     SA_RESTART says (signal(7)), and the loop yields at once. With async
+//     preemption off (GODEBUG asyncpreemptoff=1) the stop waits for the
+//     wait to end, at most holdWait.
 
-// epollWait is epoll_wait(2) with a zero timeout: it never blocks.
-func epollWait(epfd int, events []unix.EpollEvent) int {
+// holdWait is how long, in milliseconds, a loop sleeps in its own
+// epoll_wait before it parks in the netpoller.
+const holdWait = 5
+
+// epollWait is epoll_wait(2) (as epoll_pwait with no signal mask), a raw
+// system call that blocks up to timeout milliseconds (0: not at all). It
+// returns 0 when a signal interrupted it.
+func epollWait(epfd int, events []unix.EpollEvent, timeout int) int {
 	n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])),
-		uintptr(len(events)), 0, 0, 0)
+		uintptr(len(events)), uintptr(timeout), 0, 0)
 	if e != 0 {
 		return 0 // EINTR
 	}
 	return int(n)
 }
 
-// epollCtl is epoll_ctl(2), which does not block either.
+// epollCtl is epoll_ctl(2), which does not block.
 func epollCtl(epfd, op, fd int, ev *unix.EpollEvent) unix.Errno {
 	_, _, e := unix.RawSyscall6(unix.SYS_EPOLL_CTL, uintptr(epfd), uintptr(op), uintptr(fd),
 		uintptr(unsafe.Pointer(ev)), 0, 0)
@@ -64,15 +93,29 @@ func (l *loop) initPoller() error {
 }
 
 func (l *loop) pollOnce(uintptr) bool {
-	l.ready = epollWait(l.epfd, l.events[:])
+	l.ready = epollWait(l.epfd, l.events[:], 0)
 	return l.ready > 0
 }
 
-// wait returns the number of events ready in l.events, parking for up to
+// wait returns the number of events ready in l.events, waiting for up to
 // timeout milliseconds (-1: until an event) when none is.
 func (l *loop) wait(timeout int) int {
-	if n := epollWait(l.epfd, l.events[:]); n > 0 || timeout == 0 {
+	hold := holdWait
+	if timeout >= 0 && timeout < hold {
+		hold = timeout
+	}
+	if n := epollWait(l.epfd, l.events[:], hold); n > 0 || timeout == 0 {
 		return n
+	}
+	// Nothing for a while, or a signal: give the P to the runtime if it
+	// asked for it (a stop-the-world, a stack scan), then park.
+	runtime.Gosched()
+	if timeout > 0 {
+		// The hold counts against the timeout.
+		timeout = max(timeout-hold, 0)
+		if timeout == 0 {
+			return 0
+		}
 	}
 	p := &l.poll
 	switch {
@@ -86,4 +129,37 @@ func (l *loop) wait(timeout int) int {
 	l.ready = 0
 	p.rc.Read(p.fn) // returns at an event, or at the deadline with none
 	return l.ready
+}
+
+// procs counts the Ps that the loops of every event engine in the
+// process hold.
+var procs struct {
+	sync.Mutex
+	held int
+}
+
+// reserveProcs returns how many loops a new engine runs, one per P the
+// program had (GOMAXPROCS, less the Ps other engines' loops hold), and
+// raises GOMAXPROCS by as many, so that the loops' Ps come on top of the
+// program's. releaseProcs gives them back.
+func reserveProcs() int {
+	procs.Lock()
+	defer procs.Unlock()
+	cur := runtime.GOMAXPROCS(0)
+	n := max(cur-procs.held, 1)
+	procs.held += n
+	runtime.GOMAXPROCS(cur + n)
+	return n
+}
+
+// releaseProcs lowers GOMAXPROCS by the n Ps a stopped engine's loops
+// held.
+func releaseProcs(n int) {
+	if n == 0 {
+		return
+	}
+	procs.Lock()
+	defer procs.Unlock()
+	procs.held -= n
+	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0)-n, 1))
 }
