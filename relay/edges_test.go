@@ -94,6 +94,60 @@ func testClientGoneBeforeTarget(t *testing.T) {
 	waitFor(t, func() bool { return s.Stats().Active == 0 && open.Load() == 0 })
 }
 
+// TestReplyThenEnd: a target that writes its reply and ends at once,
+// with a FIN or a reset, so that the end often arrives with the bytes
+// and the relay reads on to it before passing them on: the client gets
+// every byte of the reply, then the end of the stream (a reset may reach
+// it as one).
+func TestReplyThenEnd(t *testing.T) { forEachEngine(t, testReplyThenEnd) }
+
+func testReplyThenEnd(t *testing.T) {
+	for _, reset := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fin", true: "reset"}[reset], func(t *testing.T) {
+			leakCheck(t)
+			reply := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, 1+(i*1031)%40000) }
+			b := startBackend(t, "tcp4", func(c net.Conn) {
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				var n [4]byte
+				if _, err := io.ReadFull(c, n[:]); err != nil {
+					return
+				}
+				c.Write(reply(int(n[0]) | int(n[1])<<8))
+				if reset {
+					c.(*net.TCPConn).SetLinger(0)
+				}
+			})
+			s := startRelay(t, route0("127.0.0.1:0", b.addr, nil))
+			var wg sync.WaitGroup
+			for i := range 60 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, err := net.DialTimeout("tcp", s.Addrs("r")[0].String(), 5*time.Second)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					defer c.Close()
+					c.SetDeadline(time.Now().Add(10 * time.Second))
+					c.Write([]byte{byte(i), byte(i >> 8), 0, 0})
+					got, err := io.ReadAll(c)
+					want := reply(i)
+					if !bytes.Equal(got, want) {
+						t.Errorf("client %d: %d bytes of the %d-byte reply (%v)", i, len(got), len(want), err)
+						return
+					}
+					if err != nil && !reset {
+						t.Errorf("client %d: %v after the reply, want EOF", i, err)
+					}
+				}()
+			}
+			wg.Wait()
+			waitFor(t, func() bool { return s.Stats().Active == 0 })
+		})
+	}
+}
+
 // TestDownloadOutlastsIdleTimeout: a transfer in one direction only, in
 // small writes spread over several idle timeouts, is not cut as idle:
 // bytes moving either way are activity.

@@ -16,11 +16,12 @@ type dir struct {
 	off, end int    // bytes waiting in buf
 	pipe     pipe   // if hasPipe
 	hasPipe  bool
-	inPipe   int   // bytes waiting in the pipe
-	full     uint8 // reads in a row that filled buf
-	spliced  bool  // the flow proved bulky
-	eof      bool  // the source ended
-	shut     bool  // the destination's writing side is shut down (or need not be)
+	inPipe   int        // bytes waiting in the pipe
+	full     uint8      // reads in a row that filled buf
+	spliced  bool       // the flow proved bulky
+	eof      bool       // the source ended
+	rerr     unix.Errno // the source failed after bytes still in buf
+	shut     bool       // the destination's writing side is shut down (or need not be)
 }
 
 const (
@@ -121,7 +122,16 @@ func (c *evConn) pump(d, other *dir, src, dst int, srcR, dstW *bool, srcHup bool
 			if !*dstW {
 				return 0
 			}
-			n, e := write(dst, d.buf[d.off:d.end])
+			var n int
+			var e unix.Errno
+			if d.eof {
+				// The source's end is known: hold these bytes for the
+				// FIN that shutdown or close sends next, so that both
+				// leave in one segment.
+				n, e = sendMore(dst, d.buf[d.off:d.end])
+			} else {
+				n, e = write(dst, d.buf[d.off:d.end])
+			}
 			if e != 0 {
 				if e == unix.EAGAIN {
 					*dstW = false
@@ -141,6 +151,8 @@ func (c *evConn) pump(d, other *dir, src, dst int, srcR, dstW *bool, srcHup bool
 				l.putBuf(d.buf)
 				d.buf = nil
 			}
+		case d.rerr != 0:
+			return d.rerr
 		case d.eof:
 			if !d.shut {
 				d.shut = true
@@ -214,8 +226,10 @@ func (c *evConn) pump(d, other *dir, src, dst int, srcR, dstW *bool, srcHup bool
 				// will raise a new edge. This saves the read that
 				// would return EAGAIN. Not once the peer's FIN has
 				// been reported: it may wait behind the bytes, and no
-				// new edge would come for it.
-				if !srcHup {
+				// new edge would come for it; it is read now instead.
+				if srcHup {
+					d.readToEnd(src)
+				} else {
 					*srcR = false
 				}
 				d.full = 0
@@ -223,6 +237,31 @@ func (c *evConn) pump(d, other *dir, src, dst int, srcR, dstW *bool, srcHup bool
 				d.spliced = true
 			}
 		}
+	}
+}
+
+// readToEnd reads on after a short read from a source whose FIN has been
+// reported, into the rest of d.buf, to find the end of the stream before
+// the bytes are written on: they then leave with the FIN in one segment
+// (MSG_MORE and shutdown, as HAProxy sends them), and the peer
+// acknowledges both at once. A read error is kept in d.rerr, to end the
+// connection once the bytes read before it are passed on.
+func (d *dir) readToEnd(src int) {
+	for d.end < len(d.buf) {
+		n, e := read(src, d.buf[d.end:])
+		switch {
+		case e == unix.EINTR:
+			continue
+		case e == unix.EAGAIN:
+			return
+		case e != 0:
+			d.rerr = e
+			return
+		case n == 0:
+			d.eof = true
+			return
+		}
+		d.end += n
 	}
 }
 

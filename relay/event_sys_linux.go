@@ -184,6 +184,15 @@ func write(fd int, p []byte) (int, unix.Errno) {
 	return int(r), e
 }
 
+// sendMore is write with MSG_MORE (send(2)): on TCP the bytes wait for
+// more, here the FIN that follows, instead of leaving in a segment of
+// their own; Unix sockets ignore the flag.
+func sendMore(fd int, p []byte) (int, unix.Errno) {
+	r, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)),
+		unix.MSG_MORE|unix.MSG_NOSIGNAL, 0, 0)
+	return int(r), e
+}
+
 func spliceFD(rfd, wfd, n int) (int, unix.Errno) {
 	r, _, e := unix.RawSyscall6(unix.SYS_SPLICE, uintptr(rfd), 0, uintptr(wfd), 0, uintptr(n),
 		unix.SPLICE_F_NONBLOCK|unix.SPLICE_F_MOVE)
