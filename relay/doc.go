@@ -55,7 +55,10 @@
 //   - [EngineEvent] (Linux, the default there) runs one event loop per
 //     CPU (GOMAXPROCS), each an epoll(7) instance of its own. Every loop
 //     watches every listener (EPOLLEXCLUSIVE: one loop wakes per new
-//     connection), accepts until EAGAIN, connects without blocking, and
+//     connection), accepts one connection per turn until EAGAIN, so that
+//     new connections spread over the loops with time for them, waits
+//     in epoll_wait(2) on its own thread while busy (the Ps busy loops
+//     hold come on top of GOMAXPROCS), connects without blocking, and
 //     keeps each connection as a small struct in its slab until it ends:
 //     no goroutine, stack or allocation per connection. Sockets are
 //     registered edge-triggered once; bytes move through pooled buffers

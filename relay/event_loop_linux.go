@@ -232,9 +232,14 @@ func (l *loop) removeListener(el *evListener) {
 	}
 }
 
-// acceptBatch bounds the connections accepted per wake-up of a listener,
-// so that one busy listener does not starve the relays of the loop.
-const acceptBatch = 64
+// acceptBatch is how many connections a loop accepts per turn: one. The
+// loop comes back for the next on its following turn (more), after the
+// events it has; meanwhile each new connection's wake-up goes to a loop
+// that waits in epoll_wait (EPOLLEXCLUSIVE wakes a waiting loop, not a
+// busy one), so new connections spread over the loops that have time
+// for them rather than piling onto whichever woke first, and a loop's
+// relays never wait behind a burst of accepts.
+const acceptBatch = 1
 
 // pauseRetry is how often a loop paused at a limit looks again, besides
 // when one of its own relays frees a slot (a slot another loop frees is
