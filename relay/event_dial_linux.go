@@ -61,6 +61,15 @@ func (c *evConn) connectTo(sa *sockaddr) {
 	c.tfd = fd
 	if sa.family != unix.AF_UNIX {
 		setSocketOptions(fd, c.cfg, true)
+		if c.up.end > c.up.off || c.cfg.SendProxy != 0 {
+			// Bytes wait for the target (the client's, or the PROXY
+			// header): with quick ACKs off (tcp(7) TCP_QUICKACK), the
+			// last ACK of the handshake leaves with the first of them,
+			// written as soon as the connect completes, instead of in
+			// a segment of its own (tcp_rcv_synsent_state_process in
+			// net/ipv4/tcp_input.c; HAProxy's tcp-smart-connect).
+			setInt(fd, unix.IPPROTO_TCP, unix.TCP_QUICKACK, 0)
+		}
 	}
 	switch e = connect(fd, sa); e {
 	case 0, unix.EINPROGRESS:
