@@ -29,10 +29,13 @@ type loop struct {
 	evfd   int // eventfd(2) that wakes the loop for its inbox
 	events [128]unix.EpollEvent
 	now    int64 // monotonic nanoseconds at the last wake-up
-	wheel  wheel
-	stop   bool
-	freed  bool   // a relay of this loop gave back a slot: look at paused listeners
-	seq    uint32 // the last registration's sequence number
+	// Whether the loop may wait holding its P (mayHold), as of holdChecked.
+	canHold     bool
+	holdChecked int64
+	wheel       wheel
+	stop        bool
+	freed       bool   // a relay of this loop gave back a slot: look at paused listeners
+	seq         uint32 // the last registration's sequence number
 
 	lns   []*loopListener
 	conns []*evConn // the slab; free slots have state stFree
@@ -88,7 +91,8 @@ func newLoop(e *eventEngine, id int) (*loop, error) {
 		unix.Close(evfd)
 		return nil, os.NewSyscallError("epoll_ctl", err)
 	}
-	l := &loop{e: e, id: id, epfd: epfd, evfd: evfd, now: mono()}
+	now := mono()
+	l := &loop{e: e, id: id, epfd: epfd, evfd: evfd, now: now, holdChecked: now - holdCheck}
 	if err := l.initPoller(); err != nil {
 		unix.Close(epfd)
 		unix.Close(evfd)

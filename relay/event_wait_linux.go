@@ -4,6 +4,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -100,22 +101,26 @@ func (l *loop) pollOnce(uintptr) bool {
 // wait returns the number of events ready in l.events, waiting for up to
 // timeout milliseconds (-1: until an event) when none is.
 func (l *loop) wait(timeout int) int {
-	hold := holdWait
-	if timeout >= 0 && timeout < hold {
-		hold = timeout
-	}
-	if n := epollWait(l.epfd, l.events[:], hold); n > 0 || timeout == 0 {
-		return n
-	}
-	// Nothing for a while, or a signal: give the P to the runtime if it
-	// asked for it (a stop-the-world, a stack scan), then park.
-	runtime.Gosched()
-	if timeout > 0 {
-		// The hold counts against the timeout.
-		timeout = max(timeout-hold, 0)
-		if timeout == 0 {
-			return 0
+	if l.mayHold() {
+		hold := holdWait
+		if timeout >= 0 && timeout < hold {
+			hold = timeout
 		}
+		if n := epollWait(l.epfd, l.events[:], hold); n > 0 || timeout == 0 {
+			return n
+		}
+		// Nothing for a while, or a signal: give the P to the runtime
+		// if it asked for it (a stop-the-world, a stack scan), then
+		// park.
+		runtime.Gosched()
+		if timeout > 0 {
+			// The hold counts against the timeout.
+			if timeout -= hold; timeout <= 0 {
+				return 0
+			}
+		}
+	} else if timeout == 0 {
+		return epollWait(l.epfd, l.events[:], 0)
 	}
 	p := &l.poll
 	switch {
@@ -131,11 +136,28 @@ func (l *loop) wait(timeout int) int {
 	return l.ready
 }
 
+// mayHold reports whether l may wait holding its P: only while the
+// program has more Ps than all engines' loops, so that a GOMAXPROCS
+// lowered under the engines' feet (testing.AllocsPerRun sets 1) does not
+// leave the rest of the program without one. It reads GOMAXPROCS, which
+// takes the scheduler's lock, at most every holdCheck.
+func (l *loop) mayHold() bool {
+	if l.now-l.holdChecked >= holdCheck {
+		l.holdChecked = l.now
+		l.canHold = runtime.GOMAXPROCS(0) > int(procs.n.Load())
+	}
+	return l.canHold
+}
+
+// holdCheck is how often, in nanoseconds, mayHold looks at GOMAXPROCS.
+const holdCheck = 10e6
+
 // procs counts the Ps that the loops of every event engine in the
 // process hold.
 var procs struct {
 	sync.Mutex
 	held int
+	n    atomic.Int64 // held, for mayHold
 }
 
 // reserveProcs returns how many loops a new engine runs, one per P the
@@ -148,6 +170,7 @@ func reserveProcs() int {
 	cur := runtime.GOMAXPROCS(0)
 	n := max(cur-procs.held, 1)
 	procs.held += n
+	procs.n.Store(int64(procs.held))
 	runtime.GOMAXPROCS(cur + n)
 	return n
 }
@@ -161,5 +184,6 @@ func releaseProcs(n int) {
 	procs.Lock()
 	defer procs.Unlock()
 	procs.held -= n
+	procs.n.Store(int64(procs.held))
 	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0)-n, 1))
 }

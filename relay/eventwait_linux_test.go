@@ -12,8 +12,9 @@ import (
 // TestLoopsBringTheirOwnPs: busy event loops sleep in epoll_wait holding
 // their P, so each engine raises GOMAXPROCS by its loops while it runs and
 // gives them back when it stops, and the program keeps the Ps it had with
-// any number of engines running. A garbage collection, which must stop
-// every loop, completes while the loops sleep and while they relay.
+// any number of engines running; no loop holds one when GOMAXPROCS is
+// lowered under it. A garbage collection, which must stop every loop,
+// completes while the loops sleep and while they relay.
 func TestLoopsBringTheirOwnPs(t *testing.T) {
 	leakCheck(t)
 	procs0 := runtime.GOMAXPROCS(0)
@@ -40,6 +41,33 @@ func TestLoopsBringTheirOwnPs(t *testing.T) {
 	if got, want := runtime.GOMAXPROCS(0), 2*procs0; got != want {
 		t.Fatalf("GOMAXPROCS %d with one engine running, want %d (%d loops on top of %d)", got, want, procs0, procs0)
 	}
+
+	// A GOMAXPROCS lowered under the engine (testing.AllocsPerRun sets
+	// 1) leaves no P to hold: the loops wait without one.
+	mayHold := func(s *Server) (all, none bool) {
+		all, none = true, true
+		for _, lp := range s.eng.(*eventEngine).started() {
+			lp.call(func() {
+				lp.holdChecked = lp.now - holdCheck // look again now
+				if lp.mayHold() {
+					none = false
+				} else {
+					all = false
+				}
+			})
+		}
+		return all, none
+	}
+	if all, _ := mayHold(s1); !all {
+		t.Errorf("a loop may not hold its P with GOMAXPROCS %d", runtime.GOMAXPROCS(0))
+	}
+	prev := runtime.GOMAXPROCS(1)
+	_, none := mayHold(s1)
+	runtime.GOMAXPROCS(prev)
+	if !none {
+		t.Errorf("a loop may hold its P with GOMAXPROCS 1")
+	}
+
 	s2 := start()
 	if got, want := runtime.GOMAXPROCS(0), 3*procs0; got != want {
 		t.Fatalf("GOMAXPROCS %d with two engines running, want %d", got, want)
