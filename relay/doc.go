@@ -57,8 +57,8 @@
 //     watches every listener (EPOLLEXCLUSIVE: one loop wakes per new
 //     connection), accepts one connection per turn until EAGAIN, so that
 //     new connections spread over the loops with time for them, waits
-//     in epoll_wait(2) on its own thread while busy (the Ps busy loops
-//     hold come on top of GOMAXPROCS), connects without blocking, and
+//     in epoll_wait(2) on a thread of its own (holding its P while busy:
+//     those Ps come on top of GOMAXPROCS), connects without blocking, and
 //     keeps each connection as a small struct in its slab until it ends:
 //     no goroutine, stack or allocation per connection. Sockets are
 //     registered edge-triggered once; bytes move through pooled buffers

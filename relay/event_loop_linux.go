@@ -24,8 +24,6 @@ type loop struct {
 	e      *eventEngine
 	id     int
 	epfd   int
-	poll   poller
-	ready  int // events pollOnce found
 	evfd   int // eventfd(2) that wakes the loop for its inbox
 	events [128]unix.EpollEvent
 	now    int64 // monotonic nanoseconds at the last wake-up
@@ -93,11 +91,6 @@ func newLoop(e *eventEngine, id int) (*loop, error) {
 	}
 	now := mono()
 	l := &loop{e: e, id: id, epfd: epfd, evfd: evfd, now: now, holdChecked: now - holdCheck}
-	if err := l.initPoller(); err != nil {
-		unix.Close(epfd)
-		unix.Close(evfd)
-		return nil, err
-	}
 	l.wheel.init(l.now)
 	return l, nil
 }
@@ -194,7 +187,7 @@ func (l *loop) run() {
 	for _, p := range l.pipes {
 		p.close()
 	}
-	l.poll.f.Close() // the epoll descriptor
+	unix.Close(l.epfd)
 	unix.Close(l.evfd)
 }
 

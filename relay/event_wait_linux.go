@@ -1,36 +1,39 @@
 package relay
 
 import (
-	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// A loop waits for events in two ways. While it is busy (it had an event
-// in the last holdWait) it sleeps as HAProxy's and nginx's threads do, in
-// a blocking epoll_wait(2) of its own entered as a raw system call: the
-// runtime does not see the call, so the loop's goroutine keeps its P and
-// its thread while the thread sleeps in the kernel, and an event wakes
+// A loop waits for events in epoll_wait(2) on a thread of its own, as
+// HAProxy's and nginx's threads do, in one of two ways. While it is busy
+// (it had an event in the last holdWait) it enters epoll_wait as a raw
+// system call: the runtime does not see the call, so the loop's goroutine
+// keeps its P while the thread sleeps in the kernel, and an event wakes
 // that thread straight into the loop. Once a wait has found nothing for
-// holdWait, the loop parks in Go's netpoller instead, as any socket of
-// package net does (its epoll instance is itself pollable: readable while
-// events are ready), and holds no P and no thread until the next event.
+// holdWait it enters epoll_wait as an ordinary system call, which lets
+// sysmon take the P back, and holds only the thread until the next event.
 //
-// Parking costs more per wake-up, which is why a busy loop does not: the
-// loop's epoll instance is nested in the runtime's, so each event passes
-// through both (ep_poll_callback in fs/eventpoll.c), and a scheduler
-// thread wakes first and then hands the loop's goroutine to a P. An
-// epoll_wait entered as an ordinary system call (syscall.Syscall6) is no
-// better: it gives up the P whenever it blocks longer than sysmon's 20 µs,
-// so a loop that sleeps and wakes at every burst has sysmon take its P and
-// the loop take it back each time, and keeps sysmon at its shortest
-// polling interval (runtime/proc.go, retake).
+// Why not always one or the other: an ordinary system call that blocks
+// gives up its P whenever it lasts longer than sysmon's 20 µs, so a loop
+// that sleeps and wakes at every burst would have sysmon take its P and
+// the loop take it back each time, and keep sysmon at its shortest
+// polling interval (runtime/proc.go, retake); a raw call would hold the P
+// however long the loop idles.
+//
+// Nor does a loop park in Go's netpoller. Its epoll instance would then be
+// registered in the runtime's (an epoll descriptor is itself pollable),
+// and every new readiness on it passes through both instances
+// (ep_poll_callback in fs/eventpoll.c). Worse, while any goroutine of the
+// program waits in the netpoller, an idle scheduler thread sleeps in the
+// runtime's epoll_wait (findRunnable), and each of those events wakes that
+// thread for nothing: on connection churn that doubled the relay's
+// context switches and cost half as much CPU again per connection.
 //
 // Holding a P while busy has two consequences, both handled here:
 //
@@ -44,10 +47,9 @@ import (
 //     stops), which interrupts epoll_wait: it returns EINTR whatever
 //     SA_RESTART says (signal(7)), and the loop yields at once. With async
 //     preemption off (GODEBUG asyncpreemptoff=1) the stop waits for the
-//     wait to end, at most holdWait.
+//     raw wait to end, at most holdWait.
 
-// holdWait is how long, in milliseconds, a loop sleeps in its own
-// epoll_wait before it parks in the netpoller.
+// holdWait is how long, in milliseconds, a loop waits holding its P.
 const holdWait = 5
 
 // epollWait is epoll_wait(2) (as epoll_pwait with no signal mask), a raw
@@ -69,35 +71,6 @@ func epollCtl(epfd, op, fd int, ev *unix.EpollEvent) unix.Errno {
 	return e
 }
 
-// poller is the loop's epoll descriptor as package os sees it, to park
-// on.
-type poller struct {
-	f        *os.File
-	rc       syscall.RawConn
-	fn       func(uintptr) bool // l.pollOnce, bound once: no allocation per wait
-	deadline bool               // a read deadline is set
-}
-
-// initPoller makes l's epoll descriptor non-blocking (which its polling
-// ignores) so that package os registers it with the netpoller.
-func (l *loop) initPoller() error {
-	if err := unix.SetNonblock(l.epfd, true); err != nil {
-		return os.NewSyscallError("fcntl", err)
-	}
-	l.poll.f = os.NewFile(uintptr(l.epfd), "epoll")
-	rc, err := l.poll.f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	l.poll.rc, l.poll.fn = rc, l.pollOnce
-	return nil
-}
-
-func (l *loop) pollOnce(uintptr) bool {
-	l.ready = epollWait(l.epfd, l.events[:], 0)
-	return l.ready > 0
-}
-
 // wait returns the number of events ready in l.events, waiting for up to
 // timeout milliseconds (-1: until an event) when none is.
 func (l *loop) wait(timeout int) int {
@@ -111,7 +84,7 @@ func (l *loop) wait(timeout int) int {
 		}
 		// Nothing for a while, or a signal: give the P to the runtime
 		// if it asked for it (a stop-the-world, a stack scan), then
-		// park.
+		// wait without holding it.
 		runtime.Gosched()
 		if timeout > 0 {
 			// The hold counts against the timeout.
@@ -119,21 +92,13 @@ func (l *loop) wait(timeout int) int {
 				return 0
 			}
 		}
-	} else if timeout == 0 {
-		return epollWait(l.epfd, l.events[:], 0)
 	}
-	p := &l.poll
-	switch {
-	case timeout > 0:
-		p.f.SetReadDeadline(time.Now().Add(time.Duration(timeout) * time.Millisecond))
-		p.deadline = true
-	case p.deadline:
-		p.f.SetReadDeadline(time.Time{})
-		p.deadline = false
+	n, _, e := syscall.Syscall6(unix.SYS_EPOLL_PWAIT, uintptr(l.epfd), uintptr(unsafe.Pointer(&l.events[0])),
+		uintptr(len(l.events)), uintptr(timeout), 0, 0)
+	if e != 0 {
+		return 0 // EINTR
 	}
-	l.ready = 0
-	p.rc.Read(p.fn) // returns at an event, or at the deadline with none
-	return l.ready
+	return int(n)
 }
 
 // mayHold reports whether l may wait holding its P: only while the
