@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -42,28 +41,16 @@ func testEarlyDataAndEOF(t *testing.T) {
 				c.Write(append([]byte("got "), got...))
 			})
 			s := startRelay(t, route0("127.0.0.1:0", b.addr, func(r *Route) { r.SendProxy = proxy }))
-			var wg sync.WaitGroup
-			for i := range 40 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					c, err := net.DialTimeout("tcp", s.Addrs("r")[0].String(), 5*time.Second)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					defer c.Close()
-					req := bytes.Repeat([]byte{byte('a' + i%26)}, 1+i*397)
-					c.Write(req)
-					closeWrite(c)
-					c.SetReadDeadline(time.Now().Add(10 * time.Second))
-					resp, err := io.ReadAll(c)
-					if err != nil || !bytes.Equal(resp, append([]byte("got "), req...)) {
-						t.Errorf("client %d: %d bytes back (%q...), %v", i, len(resp), resp[:min(len(resp), 20)], err)
-					}
-				}()
-			}
-			wg.Wait()
+			eachClient(t, s, "r", 40, func(i int, c net.Conn) {
+				req := bytes.Repeat([]byte{byte('a' + i%26)}, 1+i*397)
+				c.Write(req)
+				closeWrite(c)
+				c.SetReadDeadline(time.Now().Add(10 * time.Second))
+				resp, err := io.ReadAll(c)
+				if err != nil || !bytes.Equal(resp, append([]byte("got "), req...)) {
+					t.Errorf("client %d: %d bytes back (%q...), %v", i, len(resp), resp[:min(len(resp), 20)], err)
+				}
+			})
 			waitFor(t, func() bool { return s.Stats().Active == 0 })
 		})
 	}
@@ -118,31 +105,19 @@ func testReplyThenEnd(t *testing.T) {
 				}
 			})
 			s := startRelay(t, route0("127.0.0.1:0", b.addr, nil))
-			var wg sync.WaitGroup
-			for i := range 60 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					c, err := net.DialTimeout("tcp", s.Addrs("r")[0].String(), 5*time.Second)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					defer c.Close()
-					c.SetDeadline(time.Now().Add(10 * time.Second))
-					c.Write([]byte{byte(i), byte(i >> 8), 0, 0})
-					got, err := io.ReadAll(c)
-					want := reply(i)
-					if !bytes.Equal(got, want) {
-						t.Errorf("client %d: %d bytes of the %d-byte reply (%v)", i, len(got), len(want), err)
-						return
-					}
-					if err != nil && !reset {
-						t.Errorf("client %d: %v after the reply, want EOF", i, err)
-					}
-				}()
-			}
-			wg.Wait()
+			eachClient(t, s, "r", 60, func(i int, c net.Conn) {
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				c.Write([]byte{byte(i), byte(i >> 8), 0, 0})
+				got, err := io.ReadAll(c)
+				want := reply(i)
+				if !bytes.Equal(got, want) {
+					t.Errorf("client %d: %d bytes of the %d-byte reply (%v)", i, len(got), len(want), err)
+					return
+				}
+				if err != nil && !reset {
+					t.Errorf("client %d: %v after the reply, want EOF", i, err)
+				}
+			})
 			waitFor(t, func() bool { return s.Stats().Active == 0 })
 		})
 	}

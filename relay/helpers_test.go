@@ -185,6 +185,28 @@ func dialRoute(t testing.TB, s *Server, name string) net.Conn {
 	return c
 }
 
+// eachClient runs n clients of route name at once, each on a connection
+// of its own that fn uses and eachClient closes, and waits for all.
+func eachClient(t testing.TB, s *Server, name string, n int, fn func(i int, c net.Conn)) {
+	t.Helper()
+	a := s.Addrs(name)[0]
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.DialTimeout(a.Network(), a.String(), 5*time.Second)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			fn(i, c)
+		}()
+	}
+	wg.Wait()
+}
+
 // roundTrip sends size random bytes through c, reads the echo, and
 // compares SHA-256 sums of both directions.
 func roundTrip(c net.Conn, size int, seed uint64) error {

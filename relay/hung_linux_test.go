@@ -2,7 +2,6 @@ package relay
 
 import (
 	"net"
-	"sync"
 	"testing"
 	"time"
 )
@@ -19,26 +18,14 @@ func testAllTargetsHung(t *testing.T) {
 	h2 := mustAddr(t, "tcp://"+silentTarget(t))
 	s := startRelay(t, targetsRoute(func(r *Route) { r.DialTimeout = 400 * time.Millisecond }, h1, h2))
 	const clients = 5
-	var wg sync.WaitGroup
-	for i := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := net.DialTimeout("tcp", s.Addrs("r")[0].String(), 5*time.Second)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer c.Close()
-			c.Write([]byte("hello?"))
-			c.SetReadDeadline(time.Now().Add(20 * time.Second)) // a hang guard
-			n, err := c.Read(make([]byte, 16))
-			if n != 0 || isTimeout(err) {
-				t.Errorf("client %d: read %d bytes, %v; want closed after the dial timeout", i, n, err)
-			}
-		}()
-	}
-	wg.Wait()
+	eachClient(t, s, "r", clients, func(i int, c net.Conn) {
+		c.Write([]byte("hello?"))
+		c.SetReadDeadline(time.Now().Add(20 * time.Second)) // a hang guard
+		n, err := c.Read(make([]byte, 16))
+		if n != 0 || isTimeout(err) {
+			t.Errorf("client %d: read %d bytes, %v; want closed after the dial timeout", i, n, err)
+		}
+	})
 	waitFor(t, func() bool {
 		st := s.Stats().Routes[0]
 		return st.Active == 0 && st.DialErrors == clients
