@@ -24,8 +24,9 @@ func newPlatformEngine(s *Server, name string) engine {
 
 // eventEngine relays stream connections from GOMAXPROCS event loops, each
 // a goroutine waiting in epoll_wait(2) on an epoll instance of its own
-// (see loop and, for the Ps loops hold, reserveProcs). Every loop watches every listener (EPOLLEXCLUSIVE, so that
-// one loop wakes per new connection), accepts until EAGAIN, and keeps
+// (see loop, and reserveProcs for the Ps busy loops hold). Every loop
+// watches every listener (EPOLLEXCLUSIVE, so that one loop wakes per new
+// connection), accepts one connection per turn until EAGAIN, and keeps
 // each connection it accepted, as a small struct in its slab, until the
 // connection ends: no goroutine and no allocation per connection.
 type eventEngine struct {

@@ -267,8 +267,8 @@ func (d *dir) readToEnd(src int) {
 
 // readAhead reads what the client has sent already, before the dial, so
 // that the target's socket knows at connect time that bytes wait for it
-// (see connectTo). It returns the error that ends the client, if any; at
-// the client's end it records it in d.eof.
+// (see connectTo). It returns the error that ends the client, if any; the
+// client's end is kept in d.eof.
 func (d *dir) readAhead(l *loop, src int, srcR *bool) unix.Errno {
 	if d.end > d.off || d.eof {
 		return 0 // a ClientHello or the bytes after a PROXY header
@@ -277,15 +277,7 @@ func (d *dir) readAhead(l *loop, src int, srcR *bool) unix.Errno {
 		d.buf = l.getBuf()
 	}
 	n, e := read(src, d.buf)
-	switch {
-	case e == unix.EAGAIN || e == unix.EINTR:
-		// Nothing yet; the socket's readiness, reported on its
-		// registration, comes with the bytes.
-		*srcR = false
-	case e != 0:
-	case n == 0:
-		d.eof = true
-	default:
+	if e == 0 && n > 0 {
 		d.off, d.end = 0, n
 		if n < len(d.buf) {
 			*srcR = false // drained, as in pump
@@ -294,10 +286,17 @@ func (d *dir) readAhead(l *loop, src int, srcR *bool) unix.Errno {
 	}
 	l.putBuf(d.buf)
 	d.buf = nil
-	if e == unix.EAGAIN || e == unix.EINTR {
-		return 0
+	switch e {
+	case 0:
+		d.eof = true
+	case unix.EAGAIN, unix.EINTR:
+		// Nothing yet; the socket's readiness, reported on its
+		// registration, comes with the bytes.
+		*srcR = false
+	default:
+		return e
 	}
-	return e
+	return 0
 }
 
 // pipe is a pipe of a loop's, for splicing.

@@ -74,12 +74,15 @@ func epollCtl(epfd, op, fd int, ev *unix.EpollEvent) unix.Errno {
 // wait returns the number of events ready in l.events, waiting for up to
 // timeout milliseconds (-1: until an event) when none is.
 func (l *loop) wait(timeout int) int {
+	if timeout == 0 {
+		return epollWait(l.epfd, l.events[:], 0)
+	}
 	if l.mayHold() {
 		hold := holdWait
-		if timeout >= 0 && timeout < hold {
+		if timeout > 0 && timeout < hold {
 			hold = timeout
 		}
-		if n := epollWait(l.epfd, l.events[:], hold); n > 0 || timeout == 0 {
+		if n := epollWait(l.epfd, l.events[:], hold); n > 0 {
 			return n
 		}
 		// Nothing for a while, or a signal: give the P to the runtime
@@ -109,7 +112,7 @@ func (l *loop) wait(timeout int) int {
 func (l *loop) mayHold() bool {
 	if l.now-l.holdChecked >= holdCheck {
 		l.holdChecked = l.now
-		l.canHold = runtime.GOMAXPROCS(0) > int(procs.n.Load())
+		l.canHold = runtime.GOMAXPROCS(0) > int(procs.held.Load())
 	}
 	return l.canHold
 }
@@ -118,11 +121,11 @@ func (l *loop) mayHold() bool {
 const holdCheck = 10e6
 
 // procs counts the Ps that the loops of every event engine in the
-// process hold.
+// process hold. The mutex orders the changes with their GOMAXPROCS
+// calls; mayHold reads held without it.
 var procs struct {
 	sync.Mutex
-	held int
-	n    atomic.Int64 // held, for mayHold
+	held atomic.Int64
 }
 
 // reserveProcs returns how many loops a new engine runs, one per P the
@@ -133,9 +136,8 @@ func reserveProcs() int {
 	procs.Lock()
 	defer procs.Unlock()
 	cur := runtime.GOMAXPROCS(0)
-	n := max(cur-procs.held, 1)
-	procs.held += n
-	procs.n.Store(int64(procs.held))
+	n := max(cur-int(procs.held.Load()), 1)
+	procs.held.Add(int64(n))
 	runtime.GOMAXPROCS(cur + n)
 	return n
 }
@@ -148,7 +150,6 @@ func releaseProcs(n int) {
 	}
 	procs.Lock()
 	defer procs.Unlock()
-	procs.held -= n
-	procs.n.Store(int64(procs.held))
+	procs.held.Add(int64(-n))
 	runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0)-n, 1))
 }
