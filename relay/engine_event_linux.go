@@ -26,16 +26,16 @@ func newPlatformEngine(s *Server, name string) engine {
 // a goroutine waiting in epoll_wait(2) on an epoll instance of its own
 // (see loop, and reserveProcs for the Ps busy loops hold). Every loop
 // watches every listener (EPOLLEXCLUSIVE, so that one loop wakes per new
-// connection), accepts one connection per turn until EAGAIN, and keeps
-// each connection it accepted, as a small struct in its slab, until the
-// connection ends: no goroutine and no allocation per connection.
+// connection) and accepts one connection per turn until EAGAIN. Each
+// connection goes to the loop with the fewest (pick), which keeps it, as
+// a small struct in its slab, until the connection ends: no goroutine and
+// no allocation per connection.
 type eventEngine struct {
 	s       *Server
 	mu      sync.Mutex // guards started and the writing of loops
 	running bool
 	loops   []*loop        // fixed once started
 	wg      sync.WaitGroup // the loops' goroutines
-	next    atomic.Uint32  // round robin for handed-over connections
 	closed  atomic.Bool
 }
 
@@ -125,7 +125,7 @@ func (e *eventEngine) acceptLoop(f *front, ln net.Listener) {
 }
 
 // handoff moves c's socket out of package net (a duplicate of its
-// descriptor, then c is closed) into a loop.
+// descriptor, then c is closed) into the least loaded loop.
 func (e *eventEngine) handoff(f *front, c net.Conn) {
 	loops := e.start()
 	fd := -1
@@ -151,10 +151,15 @@ func (e *eventEngine) handoff(f *front, c net.Conn) {
 		closeFD(fd)
 		return
 	}
-	lp := loops[int(e.next.Add(1))%len(loops)]
+	lp := loops[0]
+	for _, o := range loops[1:] {
+		if o.load() < lp.load() {
+			lp = o
+		}
+	}
 	peer := sockname(fd, true)
 	f.srv.connWG.Add(1) // before Update's serveWG.Done: Shutdown waits for it
-	lp.post(func() { lp.accepted(f, fd, peer, false) })
+	lp.handOver(f, fd, peer, false)
 }
 
 func (e *eventEngine) abort(why error) {

@@ -1,8 +1,10 @@
 package relay
 
 import (
+	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -45,10 +47,31 @@ type loop struct {
 	targets                         map[Addr]*targetAddr // see resolve
 	hello                           tlshello.Info        // scratch for the ClientHello parser
 
-	mu    sync.Mutex
-	inbox []func()
-	spare []func() // the inbox's other buffer, swapped in to drain
-	woken bool     // an eventfd write is pending
+	// The loop's load, which other loops read to choose where a new
+	// connection goes (pick): the connections it holds, and those handed
+	// to it and not yet taken.
+	held, queued atomic.Int32
+
+	// Waking the loop for its inbox: work is set once something is
+	// queued; asleep while the loop waits, or is about to, in
+	// epoll_wait; kicked while an eventfd write is unread. A loop that is
+	// busy finds work without an eventfd write (see notify).
+	work, asleep, kicked atomic.Bool
+
+	mu          sync.Mutex
+	inbox       []func()
+	spare       []func()     // the inbox's other buffer, swapped in to drain
+	handed      []handedConn // connections other goroutines accepted for the loop
+	handedSpare []handedConn
+	exited      bool // the loop has stopped: close what is handed to it
+}
+
+// handedConn is a connection accepted elsewhere for a loop to serve.
+type handedConn struct {
+	f    *front
+	fd   int
+	peer netip.AddrPort
+	wait bool // see accepted
 }
 
 // loopListener is a listener as one loop watches it.
@@ -99,13 +122,60 @@ func newLoop(e *eventEngine, id int) (*loop, error) {
 func (l *loop) post(f func()) {
 	l.mu.Lock()
 	l.inbox = append(l.inbox, f)
-	wake := !l.woken
-	l.woken = true
 	l.mu.Unlock()
-	if wake {
+	l.notify()
+}
+
+// notify tells the loop that its inbox has work. The loop looks at work
+// after every turn, and sets asleep before it waits and then looks at
+// work once more, so an eventfd write is needed only when notify finds
+// it asleep: one of the two sees the other's store (sync/atomic's
+// operations are sequentially consistent).
+func (l *loop) notify() {
+	l.work.Store(true)
+	if l.asleep.Load() && l.kicked.CompareAndSwap(false, true) {
 		one := uint64(1)
 		unix.Write(l.evfd, (*[8]byte)(unsafe.Pointer(&one))[:])
 	}
+}
+
+// handOver queues fd, a client of f that another goroutine accepted (and
+// took its connWG count for), for l to serve.
+func (l *loop) handOver(f *front, fd int, peer netip.AddrPort, wait bool) {
+	l.queued.Add(1)
+	l.mu.Lock()
+	if l.exited {
+		l.mu.Unlock()
+		l.queued.Add(-1)
+		closeFD(fd)
+		f.srv.connWG.Done()
+		return
+	}
+	l.handed = append(l.handed, handedConn{f, fd, peer, wait})
+	l.mu.Unlock()
+	l.notify()
+}
+
+// load is how many connections l serves or is about to.
+func (l *loop) load() int32 { return l.held.Load() + l.queued.Load() }
+
+// pick returns the loop that serves a connection l accepted: the loop
+// with the fewest connections, l itself unless another has two fewer.
+// EPOLLEXCLUSIVE wakes the first of the loops waiting in the order they
+// began watching the listener, not the least busy, so a burst of
+// connections may all reach one loop; a connection that lasts would then
+// keep its loop's CPU busy beside an idle one. HAProxy's threads hand
+// accepted connections to the least loaded thread the same way. The
+// margin of two keeps the load of connection churn, which moves by one
+// now and then, from bouncing connections between loops.
+func (l *loop) pick() *loop {
+	best, least := l, l.load()-1
+	for _, o := range l.e.loops {
+		if n := o.load(); n < least {
+			best, least = o, n
+		}
+	}
+	return best
 }
 
 // call runs f on the loop and waits for it. Never from a loop.
@@ -115,14 +185,19 @@ func (l *loop) call(f func()) {
 	<-done
 }
 
+// drainInbox runs what other goroutines posted and serves the
+// connections they handed over.
 func (l *loop) drainInbox() {
-	var b [8]byte
-	unix.Read(l.evfd, b[:])
 	l.mu.Lock()
-	fs := l.inbox
+	fs, hs := l.inbox, l.handed
 	l.inbox, l.spare = l.spare[:0], nil
-	l.woken = false
+	l.handed, l.handedSpare = l.handedSpare[:0], nil
 	l.mu.Unlock()
+	for i, h := range hs {
+		l.queued.Add(-1)
+		l.accepted(h.f, h.fd, h.peer, h.wait)
+		hs[i] = handedConn{}
+	}
 	for i, f := range fs {
 		f()
 		fs[i] = nil
@@ -131,7 +206,24 @@ func (l *loop) drainInbox() {
 	if l.spare == nil {
 		l.spare = fs[:0]
 	}
+	if l.handedSpare == nil {
+		l.handedSpare = hs[:0]
+	}
 	l.mu.Unlock()
+}
+
+// exit closes what was handed to l and not served: its loop has stopped.
+func (l *loop) exit() {
+	l.mu.Lock()
+	l.exited = true
+	hs := l.handed
+	l.handed = nil
+	l.mu.Unlock()
+	for _, h := range hs {
+		l.queued.Add(-1)
+		closeFD(h.fd)
+		h.f.srv.connWG.Done()
+	}
 }
 
 // run is the loop's goroutine.
@@ -152,16 +244,24 @@ func (l *loop) run() {
 				}
 			}
 		}
+		if timeout != 0 {
+			l.asleep.Store(true)
+			if l.work.Load() {
+				timeout = 0
+			}
+		}
 		n := l.wait(timeout)
+		l.asleep.Store(false)
 		l.now = mono()
-		wake := false
 		for i := 0; i < n; i++ {
 			ev := &l.events[i]
 			switch {
 			case ev.Pad != 0:
 				l.connEvent(ev)
 			case ev.Fd == evWake:
-				wake = true
+				var b [8]byte
+				unix.Read(l.evfd, b[:])
+				l.kicked.Store(false)
 			default:
 				if int(ev.Fd) < len(l.lns) {
 					if ll := l.lns[ev.Fd]; ll != nil {
@@ -179,10 +279,11 @@ func (l *loop) run() {
 			}
 		}
 		l.wheel.advance(l.now, l.expire)
-		if wake {
+		if l.work.Swap(false) {
 			l.drainInbox()
 		}
 	}
+	l.exit()
 	l.abortAll(errShutdown)
 	for _, p := range l.pipes {
 		p.close()
@@ -233,9 +334,9 @@ func (l *loop) removeListener(el *evListener) {
 // loop comes back for the next on its following turn (more), after the
 // events it has; meanwhile each new connection's wake-up goes to a loop
 // that waits in epoll_wait (EPOLLEXCLUSIVE wakes a waiting loop, not a
-// busy one), so new connections spread over the loops that have time
-// for them rather than piling onto whichever woke first, and a loop's
-// relays never wait behind a burst of accepts.
+// busy one), so the accepting spreads over the loops that have time for
+// it, and a loop's relays never wait behind a burst of accepts. Which
+// loop then serves a connection is pick's choice.
 const acceptBatch = 1
 
 // pauseRetry is how often a loop paused at a limit looks again, besides
@@ -283,7 +384,11 @@ func (l *loop) acceptAll(ll *loopListener) {
 		}
 		ll.bo.ok(s.log)
 		s.connWG.Add(1)
-		l.accepted(ll.f, fd, addrPortOf(&raw), true)
+		if to := l.pick(); to != l {
+			to.handOver(ll.f, fd, addrPortOf(&raw), true)
+		} else {
+			l.accepted(ll.f, fd, addrPortOf(&raw), true)
+		}
 	}
 	ll.more = true
 }
@@ -311,10 +416,12 @@ func (l *loop) newConn() *evConn {
 	if n := len(l.free); n > 0 {
 		c := l.conns[l.free[n-1]]
 		l.free = l.free[:n-1]
+		l.held.Add(1)
 		return c
 	}
 	c := &evConn{lp: l, idx: int32(len(l.conns)), cfd: -1, tfd: -1}
 	l.conns = append(l.conns, c)
+	l.held.Add(1)
 	return c
 }
 
@@ -324,6 +431,7 @@ func (l *loop) freeConn(c *evConn) {
 	c.cseq, c.tseq = 0, 0
 	c.state = stFree
 	l.free = append(l.free, c.idx)
+	l.held.Add(-1)
 }
 
 func (l *loop) connEvent(ev *unix.EpollEvent) {
