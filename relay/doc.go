@@ -55,12 +55,12 @@
 //   - [EngineEvent] (Linux, the default there) runs one event loop per
 //     CPU (GOMAXPROCS), each an epoll(7) instance of its own. Every loop
 //     watches every listener (EPOLLEXCLUSIVE: one loop wakes per new
-//     connection), accepts one connection per turn until EAGAIN, so that
-//     new connections spread over the loops with time for them, waits
-//     in epoll_wait(2) on a thread of its own (holding its P while busy:
-//     those Ps come on top of GOMAXPROCS), connects without blocking, and
-//     keeps each connection as a small struct in its slab until it ends:
-//     no goroutine, stack or allocation per connection. Sockets are
+//     connection) and accepts one connection per turn until EAGAIN. Each
+//     connection goes to the loop serving the fewest, which keeps it as
+//     a small struct in its slab until it ends: no goroutine, stack or
+//     allocation per connection. A loop waits in epoll_wait(2) on a
+//     thread of its own (holding its P while busy: those Ps come on top
+//     of GOMAXPROCS) and connects without blocking. Sockets are
 //     registered edge-triggered once; bytes move through pooled buffers
 //     with read(2) and write(2), and a direction that keeps filling the
 //     buffer moves through a pipe with splice(2). A timer wheel (10 ms
