@@ -101,9 +101,10 @@ func (s *Server) pause(rt *route, done, rdone <-chan struct{}) bool {
 }
 
 // atLimit reports whether a new stream would go over the server's limit
-// or, if rt is not nil, rt's.
+// or, if rt is not nil, rt's. Clients handed between event loops count
+// against the server's: each holds a descriptor already.
 func (s *Server) atLimit(rt *route) bool {
-	if lim := s.limit(); lim > 0 && s.active.Load() >= lim {
+	if lim := s.limit(); lim > 0 && s.active.Load()+s.handed.Load() >= lim {
 		return true
 	}
 	if rt == nil {

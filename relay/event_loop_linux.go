@@ -143,12 +143,11 @@ func (l *loop) notify() {
 // took its connWG count for), for l to serve.
 func (l *loop) handOver(f *front, fd int, peer netip.AddrPort, wait bool) {
 	l.queued.Add(1)
+	f.srv.handed.Add(1)
 	l.mu.Lock()
 	if l.exited {
 		l.mu.Unlock()
-		l.queued.Add(-1)
-		closeFD(fd)
-		f.srv.connWG.Done()
+		l.dropHanded(handedConn{f: f, fd: fd})
 		return
 	}
 	l.handed = append(l.handed, handedConn{f, fd, peer, wait})
@@ -194,8 +193,11 @@ func (l *loop) drainInbox() {
 	l.handed, l.handedSpare = l.handedSpare[:0], nil
 	l.mu.Unlock()
 	for i, h := range hs {
-		l.queued.Add(-1)
 		l.accepted(h.f, h.fd, h.peer, h.wait)
+		// Counted out once admitted (or closed), so that atLimit
+		// never misses it meanwhile.
+		l.queued.Add(-1)
+		h.f.srv.handed.Add(-1)
 		hs[i] = handedConn{}
 	}
 	for i, f := range fs {
@@ -220,10 +222,16 @@ func (l *loop) exit() {
 	l.handed = nil
 	l.mu.Unlock()
 	for _, h := range hs {
-		l.queued.Add(-1)
-		closeFD(h.fd)
-		h.f.srv.connWG.Done()
+		l.dropHanded(h)
 	}
+}
+
+// dropHanded closes a client handed to l that l will not serve.
+func (l *loop) dropHanded(h handedConn) {
+	closeFD(h.fd)
+	l.queued.Add(-1)
+	h.f.srv.handed.Add(-1)
+	h.f.srv.connWG.Done()
 }
 
 // run is the loop's goroutine.
