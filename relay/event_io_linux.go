@@ -9,7 +9,7 @@ import (
 
 // dir is one direction of an evConn. Small transfers go through a pooled
 // buffer with read(2) and write(2), held only while bytes wait in it; a
-// direction that keeps filling the buffer switches to spliceFD(2) through
+// direction that keeps filling the buffer switches to splice(2) through
 // a pipe of its loop's, held only while bytes wait in it.
 type dir struct {
 	buf      []byte // pooled; nil when empty
