@@ -187,8 +187,30 @@ func samePort(u, v *udpRoute) bool {
 	return len(u.lns) > 0 && len(v.lns) > 0 && u.lns[0].LocalAddr().(*net.UDPAddr).Port == v.lns[0].LocalAddr().(*net.UDPAddr).Port
 }
 
+// heir returns the route that takes over the address of old, a running
+// UDP route this reload replaces or removes: next, the route of old's
+// name after the reload, if it is a UDP route; else a new UDP route of
+// another name whose sockets share old's address, or failing that its
+// port (they joined old's sockets there, see openUDP); else nil.
+func (p *plan) heir(old, next *route) *route {
+	if next != nil && next.udp != nil {
+		return next
+	}
+	var port *route
+	for _, rt := range p.udpNew {
+		switch {
+		case sameGroup(old.udp, rt.udp):
+			return rt
+		case port == nil && samePort(old.udp, rt.udp):
+			port = rt
+		}
+	}
+	return port
+}
+
 // handOver stops rt, a UDP route that a reload replaced by next (nil if
-// removed) or moved, once next's sockets are read. If next's sockets
+// removed and no route takes its address over, see heir) or moved, once
+// next's sockets are read. If next's sockets
 // joined rt's SO_REUSEPORT group (the same address), the kernel is told
 // to give new datagrams to them only before rt's sockets stop, so that
 // none reaches a socket on its way out; what rt's sockets hold is relayed
@@ -205,6 +227,18 @@ func (rt *route) handOver(next *route) {
 	case sameGroup(u, nu):
 		steered = steerUDP(u.lns[0], len(u.lns), len(nu.lns)) == nil
 		if steered {
+			// Each of rt's sockets that closes moves the group's
+			// last socket into its place (socket(7)), and the
+			// program's indices past the end then fall back to the
+			// kernel's hash, which could pick another of rt's
+			// sockets whose reader has finished. Connected, as
+			// shrink's surplus sockets are, they are skipped
+			// (reuseport_select_sock_by_hash passes over
+			// connected sockets, and lookups score them for their
+			// peer only).
+			for _, ln := range u.lns {
+				unhashUDP(ln)
+			}
 			settleSteering()
 		}
 	case samePort(u, nu):

@@ -84,6 +84,14 @@ func TestUDPRebindLosesNothing(t *testing.T) {
 		{"wildcard-refused", true, true, func(i int, r *Route) {
 			r.Listen.Address = net.JoinHostPort("0.0.0.0", strconv.Itoa(r.Listen.port()))
 		}},
+		// Another route takes the address over in the reload that
+		// removes the route holding it: its sockets join the old ones'
+		// group, as a moving route's do.
+		{"takeover", false, false, func(i int, r *Route) { r.Name = []string{"u", "w"}[i%2] }},
+		{"takeover-workers", false, false, func(i int, r *Route) {
+			r.Name = []string{"u", "w"}[i%2]
+			r.Workers = 1 + i%3
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakCheck(t)
