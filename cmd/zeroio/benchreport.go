@@ -157,9 +157,11 @@ func median(vs []float64) float64 {
 func isZeroio(impl string) bool { return strings.HasPrefix(impl, "zeroio") }
 
 // isBaseline reports impls that bound what is possible rather than compete
-// (traffic that goes direct, with no relay in between; the C floor, a
-// relay with no feature): shown, never the "best peer".
-func isBaseline(impl string) bool { return impl == "direct" || impl == "c-floor" }
+// (traffic that goes direct, with no relay in between; the C floors,
+// relays with no feature): shown, never the "best peer".
+func isBaseline(impl string) bool {
+	return impl == "direct" || impl == "c-floor" || impl == "uring-floor"
+}
 
 // summarize computes medians, the pivot rows and the ratios.
 func (r *report) summarize() {

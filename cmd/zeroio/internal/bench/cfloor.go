@@ -21,61 +21,109 @@ import (
 //go:embed testdata/cfloor/relay.c
 var cfloorSource []byte
 
-// cfloorWhyNot says why the C floor cannot run here, "" if it can.
-func cfloorWhyNot() string {
+// uringSource is the same relay on io_uring(7) (see the file's comment),
+// impl=uring-floor: an experiment with what a ring instead of one system
+// call per step changes, built where liburing is installed.
+//
+//go:embed testdata/uringfloor/relay.c
+var uringSource []byte
+
+// A cProgram is one of the bench's C relays, compiled once per process
+// with cc -O2 into the user's cache directory (named by the source's
+// hash, so an edit rebuilds and a rerun does not), or a temporary one.
+type cProgram struct {
+	name  string
+	src   []byte
+	libs  []string // linker flags
+	probe bool     // the program takes -probe: can it run here?
+	build func() (string, error)
+}
+
+var (
+	cfloor = newCProgram("c-floor", "cfloor", cfloorSource)
+	uring  = newCProgram("uring-floor", "uringfloor", uringSource, "-luring")
+)
+
+func init() { uring.probe = true }
+
+func newCProgram(name, file string, src []byte, libs ...string) *cProgram {
+	p := &cProgram{name: name, src: src, libs: libs}
+	p.build = sync.OnceValues(func() (string, error) {
+		exe, err := p.compile(file)
+		if err == nil && p.probe {
+			if out, perr := exec.Command(exe, "-probe").CombinedOutput(); perr != nil {
+				return "", fmt.Errorf("%s: %s", p.name, strings.TrimSpace(string(out)))
+			}
+		}
+		return exe, err
+	})
+	return p
+}
+
+// whyNot says why the program cannot run here, "" if it can. It compiles
+// the program, so that a missing library is found before a run.
+func (p *cProgram) whyNot() string {
 	if runtime.GOOS != "linux" {
-		return "linux only (epoll)"
+		return "linux only"
 	}
 	if _, err := exec.LookPath("cc"); err != nil {
 		return "no C compiler: cc not on PATH"
 	}
+	if _, err := p.build(); err != nil {
+		return err.Error()
+	}
 	return ""
 }
 
-// cfloorBinary compiles the floor once per process with cc -O2, into the
-// user's cache directory (named by the source's hash, so an edit
-// rebuilds and a rerun does not), or a temporary one.
-var cfloorBinary = sync.OnceValues(func() (string, error) {
-	if why := cfloorWhyNot(); why != "" {
-		return "", fmt.Errorf("c-floor: %s", why)
+func (p *cProgram) compile(file string) (string, error) {
+	if runtime.GOOS != "linux" {
+		return "", fmt.Errorf("%s: linux only", p.name)
 	}
-	sum := sha256.Sum256(cfloorSource)
+	sum := sha256.Sum256(p.src)
 	dir, err := os.UserCacheDir()
 	if err != nil {
 		dir = os.TempDir()
 	}
 	dir = filepath.Join(dir, "zeroio-bench")
-	exe := filepath.Join(dir, "cfloor-"+hex.EncodeToString(sum[:8]))
+	exe := filepath.Join(dir, file+"-"+hex.EncodeToString(sum[:8]))
 	if _, err := os.Stat(exe); err == nil {
 		return exe, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("c-floor: %v", err)
+		return "", fmt.Errorf("%s: %v", p.name, err)
 	}
 	src := exe + ".c"
-	if err := os.WriteFile(src, cfloorSource, 0o644); err != nil {
-		return "", fmt.Errorf("c-floor: %v", err)
+	if err := os.WriteFile(src, p.src, 0o644); err != nil {
+		return "", fmt.Errorf("%s: %v", p.name, err)
 	}
 	defer os.Remove(src)
 	tmp := fmt.Sprintf("%s.%d.tmp", exe, os.Getpid())
-	if out, err := exec.Command("cc", "-O2", "-pthread", "-o", tmp, src).CombinedOutput(); err != nil {
+	args := append([]string{"-O2", "-pthread", "-o", tmp, src}, p.libs...)
+	if out, err := exec.Command("cc", args...).CombinedOutput(); err != nil {
 		os.Remove(tmp)
-		return "", fmt.Errorf("c-floor: cc -O2: %v: %s", err, strings.TrimSpace(string(out)))
+		msg := strings.TrimSpace(string(out))
+		if i := strings.IndexByte(msg, '\n'); i > 0 {
+			msg = msg[:i]
+		}
+		return "", fmt.Errorf("%s: cc -O2 %s: %v: %s", p.name, strings.Join(p.libs, " "), err, msg)
 	}
 	// Renamed into place whole: a concurrent run never sees half a file.
 	if err := os.Rename(tmp, exe); err != nil {
-		return "", fmt.Errorf("c-floor: %v", err)
+		return "", fmt.Errorf("%s: %v", p.name, err)
 	}
 	return exe, nil
-})
+}
 
-// startCFloor runs the C floor relaying to target (host:port, IPv4), one
-// event loop per CPU as HAProxy's default is a thread per CPU, until stop.
-func startCFloor(target string) (*relayProc, error) {
-	exe, err := cfloorBinary()
+// start runs the program relaying to target (host:port, IPv4), one event
+// loop per CPU as HAProxy's default is a thread per CPU, until stop.
+func (p *cProgram) start(target string) (*relayProc, error) {
+	exe, err := p.build()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(exe, "127.0.0.1:0", target, strconv.Itoa(runtime.NumCPU()))
-	return startListenChild(cmd, "c-floor")
+	return startListenChild(cmd, p.name)
 }
+
+// cfloorWhyNot says why the C floor cannot run here, "" if it can.
+func cfloorWhyNot() string { return cfloor.whyNot() }

@@ -28,6 +28,7 @@ import (
 //   - haproxy: HAProxy in mode tcp with option splice-auto
 //   - socat: socat TCP-LISTEN,fork (UDP-LISTEN for datagrams)
 //   - c-floor: a minimal C epoll relay (cfloor.go), TCP only
+//   - uring-floor: the same on io_uring (cfloor.go), TCP only
 //   - stdnet (UDP): net.UDPConn one datagram per call, a goroutine and a
 //     connected upstream socket per client
 //
@@ -221,7 +222,9 @@ func startRelayProc(impl, target string) (*relayProc, error) {
 	tgt := strings.SplitN(target, "://", 2)
 	switch impl {
 	case "c-floor":
-		return startCFloor(tgt[1])
+		return cfloor.start(tgt[1])
+	case "uring-floor":
+		return uring.start(tgt[1])
 	case "haproxy", "socat":
 		port, err := freePort(tgt[0])
 		if err != nil {

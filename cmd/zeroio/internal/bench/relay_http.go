@@ -21,6 +21,9 @@ import (
 //   - haproxy: HAProxy in mode tcp, when installed
 //   - iocopy: the Go relay people write first, io.Copy both ways
 //   - c-floor: a minimal C epoll relay, the kernel's share (a baseline)
+//   - uring-floor: the same relay on io_uring, where liburing is
+//     installed (a baseline: what a ring instead of a system call per
+//     step changes)
 //
 // One op is one wrk run. The metrics are wrk's requests per second and
 // p99 latency, and per request the relay process's CPU time (user+system,
@@ -60,6 +63,9 @@ func relayHTTPCases(sc Scale) []Case {
 	impls = append(impls, "iocopy")
 	if cfloorWhyNot() == "" {
 		impls = append(impls, "c-floor")
+	}
+	if uring.whyNot() == "" {
+		impls = append(impls, "uring-floor")
 	}
 	secs := httpSeconds(sc)
 	var cs []Case
@@ -167,6 +173,9 @@ func relayHTTPNotes() []string {
 	notes = append(notes, peerNotes("haproxy")()...)
 	if why := cfloorWhyNot(); why != "" {
 		notes = append(notes, "skipped c-floor: "+why)
+	}
+	if why := uring.whyNot(); why != "" {
+		notes = append(notes, "skipped uring-floor (liburing-dev): "+why)
 	}
 	if ZeroioCommand == "" {
 		notes = append(notes, "skipped zeroio: no zeroio executable to run")

@@ -223,3 +223,11 @@ func TestCFloorRelays(t *testing.T) {
 	}
 	runCase(t, func(b *testing.B) { runRelayStreams(b, "c-floor", 200, 64<<10) })
 }
+
+// TestURingFloorRelays checks the io_uring relay the same way.
+func TestURingFloorRelays(t *testing.T) {
+	if why := uring.whyNot(); why != "" {
+		t.Skip(why)
+	}
+	runCase(t, func(b *testing.B) { runRelayStreams(b, "uring-floor", 200, 64<<10) })
+}
