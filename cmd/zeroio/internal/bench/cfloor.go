@@ -28,6 +28,11 @@ var cfloorSource []byte
 //go:embed testdata/uringfloor/relay.c
 var uringSource []byte
 
+// floorHeader is what both include as "../floor.h".
+//
+//go:embed testdata/floor.h
+var floorHeader []byte
+
 // A cProgram is one of the bench's C relays, compiled once per process
 // with cc -O2 into the user's cache directory (named by the source's
 // hash, so an edit rebuilds and a rerun does not), or a temporary one.
@@ -79,7 +84,7 @@ func (p *cProgram) compile(file string) (string, error) {
 	if runtime.GOOS != "linux" {
 		return "", fmt.Errorf("%s: linux only", p.name)
 	}
-	sum := sha256.Sum256(p.src)
+	sum := sha256.Sum256(append(append([]byte(nil), p.src...), floorHeader...))
 	dir, err := os.UserCacheDir()
 	if err != nil {
 		dir = os.TempDir()
@@ -92,11 +97,23 @@ func (p *cProgram) compile(file string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("%s: %v", p.name, err)
 	}
-	src := exe + ".c"
+	// The sources as in testdata: the program in a directory of its
+	// own, the header beside that directory.
+	work, err := os.MkdirTemp(dir, "build-")
+	if err != nil {
+		return "", fmt.Errorf("%s: %v", p.name, err)
+	}
+	defer os.RemoveAll(work)
+	src := filepath.Join(work, file, "relay.c")
+	if err := os.Mkdir(filepath.Dir(src), 0o755); err != nil {
+		return "", fmt.Errorf("%s: %v", p.name, err)
+	}
+	if err := os.WriteFile(filepath.Join(work, "floor.h"), floorHeader, 0o644); err != nil {
+		return "", fmt.Errorf("%s: %v", p.name, err)
+	}
 	if err := os.WriteFile(src, p.src, 0o644); err != nil {
 		return "", fmt.Errorf("%s: %v", p.name, err)
 	}
-	defer os.Remove(src)
 	tmp := fmt.Sprintf("%s.%d.tmp", exe, os.Getpid())
 	args := append([]string{"-O2", "-pthread", "-o", tmp, src}, p.libs...)
 	if out, err := exec.Command("cc", args...).CombinedOutput(); err != nil {

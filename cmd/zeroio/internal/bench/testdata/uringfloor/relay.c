@@ -16,30 +16,14 @@
  * splice: bulk bodies are copied through user space, so this is a
  * comparison for small requests.
  *
- *   relay LISTEN_IPV4:PORT TARGET_IPV4:PORT THREADS
- *   relay -probe
- *
- * prints "LISTEN ip:port" on stdout once it listens (port 0 picks one) and
- * serves until stdin reaches end of file; -probe exits 0 if the kernel
- * sets up a ring (io_uring may be disabled, or refused by seccomp). Built
- * with -luring.
+ * Command line and lifetime: ../floor.h; "relay -probe" exits 0 if the
+ * kernel sets up a ring (io_uring may be disabled, or refused by seccomp).
+ * Built with -luring.
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
-#include <errno.h>
+#include "../floor.h"
 #include <liburing.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <pthread.h>
-#include <signal.h>
 #include <stddef.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #define BUFSZ 16384
 #define ENTRIES 4096
@@ -61,14 +45,6 @@ struct pair {
 	int inflight;     /* requests the kernel still holds */
 	uint8_t dead;     /* ending: shut down, freed once inflight is 0 */
 } __attribute__((aligned(16)));
-
-static struct sockaddr_in target;
-
-static void die(const char *what)
-{
-	perror(what);
-	exit(1);
-}
 
 static struct io_uring_sqe *sqe(struct io_uring *r)
 {
@@ -252,44 +228,6 @@ static void *loop(void *arg)
 	return NULL;
 }
 
-static void parse_addr(const char *s, struct sockaddr_in *sa)
-{
-	char host[64];
-	const char *colon = strrchr(s, ':');
-	if (!colon || colon - s >= (long)sizeof host) {
-		fprintf(stderr, "relay: bad address %s (want ipv4:port)\n", s);
-		exit(2);
-	}
-	memcpy(host, s, colon - s);
-	host[colon - s] = 0;
-	memset(sa, 0, sizeof *sa);
-	sa->sin_family = AF_INET;
-	sa->sin_port = htons((uint16_t)atoi(colon + 1));
-	if (inet_pton(AF_INET, host, &sa->sin_addr) != 1) {
-		fprintf(stderr, "relay: bad address %s (want ipv4:port)\n", s);
-		exit(2);
-	}
-}
-
-static int listener(struct sockaddr_in *sa)
-{
-	static const int one = 1;
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		die("socket");
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0)
-		die("SO_REUSEPORT");
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* inherited */
-	if (bind(fd, (struct sockaddr *)sa, sizeof *sa) < 0)
-		die("bind");
-	if (listen(fd, 4096) < 0)
-		die("listen");
-	socklen_t len = sizeof *sa;
-	getsockname(fd, (struct sockaddr *)sa, &len); /* the port, if 0 */
-	return fd;
-}
-
 int main(int argc, char **argv)
 {
 	if (argc == 2 && strcmp(argv[1], "-probe") == 0) { /* can this kernel run it? */
@@ -301,36 +239,8 @@ int main(int argc, char **argv)
 		}
 		return 0;
 	}
-	if (argc != 4) {
-		fprintf(stderr, "usage: relay LISTEN_IPV4:PORT TARGET_IPV4:PORT THREADS\n");
-		return 2;
-	}
 	struct sockaddr_in lsa;
-	parse_addr(argv[1], &lsa);
-	parse_addr(argv[2], &target);
-	int threads = atoi(argv[3]);
-	if (threads < 1)
-		threads = 1;
-	signal(SIGPIPE, SIG_IGN);
-	struct rlimit rl;
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
-	}
-	for (int i = 0; i < threads; i++) {
-		int lfd = listener(&lsa); /* the first picks the port the others share */
-		pthread_t th;
-		if (pthread_create(&th, NULL, loop, (void *)(intptr_t)lfd) != 0)
-			die("pthread_create");
-	}
-	char ip[INET_ADDRSTRLEN];
-	inet_ntop(AF_INET, &lsa.sin_addr, ip, sizeof ip);
-	printf("LISTEN %s:%d\n", ip, ntohs(lsa.sin_port));
-	fflush(stdout);
-	char b[512];
-	for (;;) {
-		ssize_t n = read(0, b, sizeof b);
-		if (n == 0 || (n < 0 && errno != EINTR))
-			return 0;
-	}
+	rlim_t maxfd;
+	int threads = parse_args(argc, argv, &lsa, &maxfd);
+	return serve(&lsa, threads, loop);
 }
