@@ -40,6 +40,9 @@ type engine interface {
 	// and pipes its relays hold now and the pipes they ever took, for
 	// tests.
 	holding() (bufs, pipes, pipesTaken int64, ok bool)
+	// loopLoads reports the connections each event loop serves or is about
+	// to (Stats.Loops), nil for an engine without loops.
+	loopLoads() []int64
 }
 
 // connInfo describes a connection in flight: its sockets (-1 for none

@@ -203,6 +203,17 @@ func (e *eventEngine) inFlight() []connInfo {
 	return out
 }
 
+func (e *eventEngine) loopLoads() []int64 {
+	if e.closed.Load() {
+		return nil
+	}
+	var n []int64
+	for _, lp := range e.started() {
+		n = append(n, int64(lp.load()))
+	}
+	return n
+}
+
 func (e *eventEngine) holding() (bufs, pipes, pipesTaken int64, ok bool) {
 	if e.closed.Load() {
 		return 0, 0, 0, true

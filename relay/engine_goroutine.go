@@ -59,6 +59,8 @@ func (e *goroutineEngine) inFlight() []connInfo {
 // splice's (splice.ReadStats).
 func (e *goroutineEngine) holding() (bufs, pipes, pipesTaken int64, ok bool) { return 0, 0, 0, false }
 
+func (e *goroutineEngine) loopLoads() []int64 { return nil }
+
 // fdOf returns c's descriptor, or -1.
 func fdOf(c net.Conn) int {
 	fd := -1

@@ -77,6 +77,11 @@ type Stats struct {
 	// Fronts are the stream listen addresses, sorted by Listen, with
 	// the clients turned away before a route was chosen.
 	Fronts []FrontStats
+	// Loops are the connections each loop of the event engine serves, or
+	// was handed and is about to: each new connection goes to the loop
+	// with the fewest. Empty on the goroutine engine, and until the
+	// loops start with the first stream listener.
+	Loops []int64
 }
 
 // Stats returns the current counters, routes sorted by name. Counters of
@@ -84,7 +89,7 @@ type Stats struct {
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Active: s.active.Load()}
+	st := Stats{Active: s.active.Load(), Loops: s.eng.loopLoads()}
 	for _, rt := range s.routes {
 		c := &rt.st
 		r := rt.cfg.Load()

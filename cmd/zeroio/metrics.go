@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -104,6 +105,10 @@ var (
 		"Clients of a listen address closed before a route was chosen, by reason: unmatched (no route takes the ClientHello, or its absence), hello_timeout, hello_malformed, hello_too_large, proxy_header, untrusted.",
 		[]string{"listen", "reason"}, nil)
 
+	mLoopConns = prometheus.NewDesc("zeroio_relay_event_loop_connections",
+		"Connections each loop of the event engine serves (a new connection goes to the loop with the fewest).",
+		[]string{"loop"}, nil)
+
 	mPaused       = desc("accept_paused_seconds_total", "Time the route's accept loops waited at a connection limit or the descriptor budget, clients queueing in the listen backlog meanwhile.")
 	mPausedNow    = desc("accept_paused", "1 while an accept loop of the route waits at a limit.")
 	mTargetUp     = desc("target_up", "1 if the target takes clients, 0 if a failed dial or health checks marked it down.", "target")
@@ -119,7 +124,7 @@ type relayCollector struct{ s *relay.Server }
 
 func (c relayCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mActive, mAccepted, mRelayed, mRejected, mBytes, mErrors, mSessions, mSessTot, mPackets, mDrops,
-		mPaused, mPausedNow, mTargetUp, mTargetWeight, mTargetActive, mTargetConns, mTargetFails, mTargetBytes, mHelloRejected} {
+		mPaused, mPausedNow, mTargetUp, mTargetWeight, mTargetActive, mTargetConns, mTargetFails, mTargetBytes, mHelloRejected, mLoopConns} {
 		ch <- d
 	}
 	describeLibStats(ch)
@@ -133,6 +138,9 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), l...)
 	}
 	st := c.s.Stats()
+	for i, n := range st.Loops {
+		ch <- prometheus.MustNewConstMetric(mLoopConns, prometheus.GaugeValue, float64(n), strconv.Itoa(i))
+	}
 	for _, f := range st.Fronts {
 		for _, v := range []struct {
 			n      uint64
