@@ -104,7 +104,7 @@ func (s *Server) pause(rt *route, done, rdone <-chan struct{}) bool {
 // or, if rt is not nil, rt's. Clients handed between event loops count
 // against the server's: each holds a descriptor already.
 func (s *Server) atLimit(rt *route) bool {
-	if lim := s.limit(); lim > 0 && s.active.Load()+s.handed.Load() >= lim {
+	if lim := s.limit(); lim > 0 && s.active.Load()+s.eng.handedOver() >= lim {
 		return true
 	}
 	if rt == nil {

@@ -43,6 +43,10 @@ type engine interface {
 	// loopLoads reports the connections each event loop serves or is about
 	// to (Stats.Loops), nil for an engine without loops.
 	loopLoads() []int64
+	// handedOver counts the clients accepted and handed to an event
+	// loop that has not admitted them yet: each holds a descriptor, so
+	// atLimit counts them with the active relays.
+	handedOver() int64
 }
 
 // connInfo describes a connection in flight: its sockets (-1 for none

@@ -151,12 +151,7 @@ func (e *eventEngine) handoff(f *front, c net.Conn) {
 		closeFD(fd)
 		return
 	}
-	lp := loops[0]
-	for _, o := range loops[1:] {
-		if o.load() < lp.load() {
-			lp = o
-		}
-	}
+	lp := leastLoaded(loops)
 	peer := sockname(fd, true)
 	f.srv.connWG.Add(1) // before Update's serveWG.Done: Shutdown waits for it
 	lp.handOver(f, fd, peer, false)
@@ -201,6 +196,17 @@ func (e *eventEngine) inFlight() []connInfo {
 		})
 	}
 	return out
+}
+
+// handedOver sums the loops' queued connections. It runs on every accept
+// (atLimit), so it reads e.loops as the loops do, without the mutex: the
+// slice is written once, before any loop or accept loop starts.
+func (e *eventEngine) handedOver() int64 {
+	var n int64
+	for _, lp := range e.loops {
+		n += int64(lp.queued.Load())
+	}
+	return n
 }
 
 func (e *eventEngine) loopLoads() []int64 {

@@ -61,6 +61,8 @@ func (e *goroutineEngine) holding() (bufs, pipes, pipesTaken int64, ok bool) { r
 
 func (e *goroutineEngine) loopLoads() []int64 { return nil }
 
+func (e *goroutineEngine) handedOver() int64 { return 0 }
+
 // fdOf returns c's descriptor, or -1.
 func fdOf(c net.Conn) int {
 	fd := -1

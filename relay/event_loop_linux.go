@@ -143,7 +143,6 @@ func (l *loop) notify() {
 // took its connWG count for), for l to serve.
 func (l *loop) handOver(f *front, fd int, peer netip.AddrPort, wait bool) {
 	l.queued.Add(1)
-	f.srv.handed.Add(1)
 	l.mu.Lock()
 	if l.exited {
 		l.mu.Unlock()
@@ -168,10 +167,18 @@ func (l *loop) load() int32 { return l.held.Load() + l.queued.Load() }
 // margin of two keeps the load of connection churn, which moves by one
 // now and then, from bouncing connections between loops.
 func (l *loop) pick() *loop {
-	best, least := l, l.load()-1
-	for _, o := range l.e.loops {
-		if n := o.load(); n < least {
-			best, least = o, n
+	if o := leastLoaded(l.e.loops); o.load() < l.load()-1 {
+		return o
+	}
+	return l
+}
+
+// leastLoaded returns the loop of loops with the fewest connections.
+func leastLoaded(loops []*loop) *loop {
+	best := loops[0]
+	for _, o := range loops[1:] {
+		if o.load() < best.load() {
+			best = o
 		}
 	}
 	return best
@@ -197,7 +204,6 @@ func (l *loop) drainInbox() {
 		// Counted out once admitted (or closed), so that atLimit
 		// never misses it meanwhile.
 		l.queued.Add(-1)
-		h.f.srv.handed.Add(-1)
 		hs[i] = handedConn{}
 	}
 	for i, f := range fs {
@@ -230,7 +236,6 @@ func (l *loop) exit() {
 func (l *loop) dropHanded(h handedConn) {
 	closeFD(h.fd)
 	l.queued.Add(-1)
-	h.f.srv.handed.Add(-1)
 	h.f.srv.connWG.Done()
 }
 

@@ -25,9 +25,6 @@ type Server struct {
 	ports    atomic.Pointer[[]netip.AddrPort] // stream listeners, for dialsSelf
 	maxConns atomic.Int64
 	active   atomic.Int64 // stream relays in progress, all routes
-	// Stream clients accepted and handed to an event loop that has not
-	// admitted them yet; atLimit counts them with active.
-	handed atomic.Int64
 
 	updateMu sync.Mutex // one Update at a time, resolving targets unlocked
 

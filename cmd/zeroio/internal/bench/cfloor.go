@@ -45,14 +45,11 @@ type cProgram struct {
 }
 
 var (
-	cfloor = newCProgram("c-floor", "cfloor", cfloorSource)
-	uring  = newCProgram("uring-floor", "uringfloor", uringSource, "-luring")
+	cfloor = newCProgram(&cProgram{name: "c-floor", src: cfloorSource}, "cfloor")
+	uring  = newCProgram(&cProgram{name: "uring-floor", src: uringSource, libs: []string{"-luring"}, probe: true}, "uringfloor")
 )
 
-func init() { uring.probe = true }
-
-func newCProgram(name, file string, src []byte, libs ...string) *cProgram {
-	p := &cProgram{name: name, src: src, libs: libs}
+func newCProgram(p *cProgram, file string) *cProgram {
 	p.build = sync.OnceValues(func() (string, error) {
 		exe, err := p.compile(file)
 		if err == nil && p.probe {
@@ -68,12 +65,6 @@ func newCProgram(name, file string, src []byte, libs ...string) *cProgram {
 // whyNot says why the program cannot run here, "" if it can. It compiles
 // the program, so that a missing library is found before a run.
 func (p *cProgram) whyNot() string {
-	if runtime.GOOS != "linux" {
-		return "linux only"
-	}
-	if _, err := exec.LookPath("cc"); err != nil {
-		return "no C compiler: cc not on PATH"
-	}
 	if _, err := p.build(); err != nil {
 		return err.Error()
 	}
@@ -83,6 +74,9 @@ func (p *cProgram) whyNot() string {
 func (p *cProgram) compile(file string) (string, error) {
 	if runtime.GOOS != "linux" {
 		return "", fmt.Errorf("%s: linux only", p.name)
+	}
+	if _, err := exec.LookPath("cc"); err != nil {
+		return "", fmt.Errorf("%s: no C compiler: cc not on PATH", p.name)
 	}
 	sum := sha256.Sum256(append(append([]byte(nil), p.src...), floorHeader...))
 	dir, err := os.UserCacheDir()
