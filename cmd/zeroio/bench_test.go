@@ -260,9 +260,20 @@ func TestBenchAlsoRows(t *testing.T) {
 	if cpu.Unit != "cpu-µs/req" || cpu.Higher || cpu.BestPeer != "haproxy" || cpu.Ratio > 0.6 || cpu.Medians["c-floor"] != 5.1 {
 		t.Errorf("cpu row %+v: want lower-is-better, zeroio 0.5x haproxy, c-floor shown", cpu)
 	}
+	// Against the floor: zeroio's 50000 req/s is 0.55x c-floor's 90000,
+	// and its 20 µs per request 0.25x c-floor's 5.
+	if f := s.Rows[0].Floor; f < 0.55 || f > 0.56 || s.Rows[0].FloorP <= 0 {
+		t.Errorf("req/s floor ratio %v (p %v), want 0.55x and a p-value", f, s.Rows[0].FloorP)
+	}
+	if f := cpu.Floor; f < 0.25 || f > 0.26 {
+		t.Errorf("cpu floor ratio %v, want 0.25x", f)
+	}
 	var out bytes.Buffer
 	rep.writeTable(&out)
 	if !strings.Contains(out.String(), "cpu-µs/req (lower is better)") || !strings.Contains(out.String(), formatRatio(cpu.Ratio)) {
 		t.Errorf("table lacks the cpu-µs/req rows:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "floor") || !strings.Contains(out.String(), formatRatio(s.Rows[0].Floor)) {
+		t.Errorf("table lacks the floor ratio:\n%s", out.String())
 	}
 }

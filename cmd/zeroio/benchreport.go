@@ -71,6 +71,13 @@ type row struct {
 	// samples of BestZero and BestPeer (benchstat's test): at 0.05 or
 	// more the ratio is within the noise. 0 when there is no ratio.
 	P float64 `json:"p,omitempty"`
+	// Floor is how many times better the best zeroio impl is than the
+	// floor (c-floor: what the kernel's part of the job costs), with FloorP
+	// the p-value of that comparison; 0 when the config has no floor. A
+	// zeroio below a peer but level with the floor spends nothing above
+	// what any relay must.
+	Floor  float64 `json:"floor_ratio,omitempty"`
+	FloorP float64 `json:"floor_p,omitempty"`
 }
 
 type caseResult struct {
@@ -156,6 +163,10 @@ func median(vs []float64) float64 {
 
 func isZeroio(impl string) bool { return strings.HasPrefix(impl, "zeroio") }
 
+// floorImpl is the baseline that bounds what a relay can do on this
+// machine: the minimal C relay, doing only the system calls relaying needs.
+const floorImpl = "c-floor"
+
 // isBaseline reports impls that bound what is possible rather than compete
 // (traffic that goes direct, with no relay in between; the C floors,
 // relays with no feature): shown, never the "best peer".
@@ -238,17 +249,26 @@ func pivot(s *suiteResult, cfg, unit string) row {
 			rw.BestPeer, bp = impl, v
 		}
 	}
-	if rw.BestZero != "" && rw.BestPeer != "" && bz > 0 && bp > 0 {
-		if rw.Higher {
-			rw.Ratio = bz / bp
-		} else {
-			rw.Ratio = bp / bz
-		}
-		if p := pValue(cases[rw.BestZero].values(rw.Unit), cases[rw.BestPeer].values(rw.Unit)); !math.IsNaN(p) {
-			rw.P = p
-		}
-	}
+	rw.Ratio, rw.P = compare(rw, cases, rw.BestPeer)
+	rw.Floor, rw.FloorP = compare(rw, cases, floorImpl)
 	return rw
+}
+
+// compare returns how many times better the row's best zeroio impl is
+// than impl in the row's unit, and the p-value of the two impls' samples;
+// zeros when either is missing.
+func compare(rw row, cases map[string]*caseResult, impl string) (ratio, p float64) {
+	z, o := rw.Medians[rw.BestZero], rw.Medians[impl]
+	if rw.BestZero == "" || impl == "" || z <= 0 || o <= 0 {
+		return 0, 0
+	}
+	if ratio = z / o; !rw.Higher {
+		ratio = o / z
+	}
+	if p = pValue(cases[rw.BestZero].values(rw.Unit), cases[impl].values(rw.Unit)); math.IsNaN(p) {
+		p = 0
+	}
+	return ratio, p
 }
 
 // rowUnit picks the unit a config is judged by: the suite's metric if its
@@ -320,14 +340,16 @@ func formatRatio(v float64) string {
 
 // formatP prints a row's p-value, "~" after it when the ratio is within
 // the noise (p >= 0.05), as benchstat marks it.
-func formatP(rw row) string {
-	if rw.P == 0 { // no ratio, or no samples to test
+func formatP(rw row) string { return formatPValue(rw.P) }
+
+func formatPValue(p float64) string {
+	if p == 0 { // no ratio, or no samples to test
 		return "-"
 	}
-	if rw.P >= 0.05 {
-		return fmt.Sprintf("%.3f ~", rw.P)
+	if p >= 0.05 {
+		return fmt.Sprintf("%.3f ~", p)
 	}
-	return fmt.Sprintf("%.3f", rw.P)
+	return fmt.Sprintf("%.3f", p)
 }
 
 // writeTable prints, per suite, the medians of its metric for every impl
@@ -337,6 +359,7 @@ func (r *report) writeTable(w io.Writer) {
 		r.Machine.CPU, r.Machine.Cores, r.Machine.GOMAXPROCS, r.Machine.Kernel, r.Machine.Go, r.Started.UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(w, "medians of %d interleaved samples; ratio = best zeroio vs best peer (above 1: zeroio is better)\n", r.Count)
 	fmt.Fprintf(w, "p = Mann-Whitney U test of those two impls' samples, as benchstat's; ~ marks p >= 0.05: no significant difference\n")
+	fmt.Fprintf(w, "floor = best zeroio vs %s, the minimal C relay (what the kernel's part costs), where a suite runs it\n", floorImpl)
 	for _, s := range r.Suites {
 		dir := "lower is better"
 		if s.Higher {
@@ -379,15 +402,24 @@ func (r *report) writeTable(w io.Writer) {
 }
 
 // writeRows prints rows as a table of each impl's median, zeroio's ratio
-// to the best peer, its p-value and that peer; a row judged by another
-// unit than unit says which.
+// to the best peer, its p-value and that peer, and, when the suite runs
+// the floor, zeroio's ratio to it and that p-value; a row judged by
+// another unit than unit says which.
 func writeRows(w io.Writer, s *suiteResult, rows []row, unit string) {
+	floor := false
+	for _, rw := range rows {
+		floor = floor || rw.Floor != 0
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "config\t")
 	for _, im := range s.Impls {
 		fmt.Fprintf(tw, "%s\t", im)
 	}
-	fmt.Fprint(tw, "ratio\tp\tvs\t\n")
+	fmt.Fprint(tw, "ratio\tp\tvs\t")
+	if floor {
+		fmt.Fprint(tw, "floor\tp\t")
+	}
+	fmt.Fprint(tw, "\n")
 	for _, rw := range rows {
 		fmt.Fprintf(tw, "%s\t", rw.Config)
 		for _, im := range s.Impls {
@@ -401,7 +433,11 @@ func writeRows(w io.Writer, s *suiteResult, rows []row, unit string) {
 		if rw.Unit != unit {
 			vs += " (" + rw.Unit + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", formatRatio(rw.Ratio), formatP(rw), vs)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t", formatRatio(rw.Ratio), formatP(rw), vs)
+		if floor {
+			fmt.Fprintf(tw, "%s\t%s\t", formatRatio(rw.Floor), formatPValue(rw.FloorP))
+		}
+		fmt.Fprint(tw, "\n")
 	}
 	tw.Flush()
 }
