@@ -292,7 +292,7 @@ func (c *evConn) policy() {
 	if r.DialTimeout > 0 {
 		c.deadline = l.now + int64(r.DialTimeout)
 	}
-	if e := c.up.readAhead(l, c.cfd, &c.cR); e != 0 {
+	if e := c.up.readAhead(l, c.cfd, &c.cR, c.cHup); e != 0 {
 		c.debug("client gone before the dial")
 		c.finish(errQuiet)
 		return

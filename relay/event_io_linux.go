@@ -268,8 +268,9 @@ func (d *dir) readToEnd(src int) {
 // readAhead reads what the client has sent already, before the dial, so
 // that the target's socket knows at connect time that bytes wait for it
 // (see connectTo). It returns the error that ends the client, if any; the
-// client's end is kept in d.eof.
-func (d *dir) readAhead(l *loop, src int, srcR *bool) unix.Errno {
+// client's end is kept in d.eof. srcHup is as for pump: a client that
+// waited for a slot may have had its FIN reported already.
+func (d *dir) readAhead(l *loop, src int, srcR *bool, srcHup bool) unix.Errno {
 	if d.end > d.off || d.eof {
 		return 0 // a ClientHello or the bytes after a PROXY header
 	}
@@ -280,7 +281,12 @@ func (d *dir) readAhead(l *loop, src int, srcR *bool) unix.Errno {
 	if e == 0 && n > 0 {
 		d.off, d.end = 0, n
 		if n < len(d.buf) {
-			*srcR = false // drained, as in pump
+			// Drained, as in pump; the FIN, if reported, is read now.
+			if srcHup {
+				d.readToEnd(src)
+			} else {
+				*srcR = false
+			}
 		}
 		return 0
 	}
