@@ -21,6 +21,7 @@ const (
 	stRelay                // moving bytes
 	stHello                // reading the ClientHello that chooses the route
 	stSlot                 // waiting for a slot under its route's limits
+	stNoFD                 // waiting for a descriptor to dial with (waitFD)
 )
 
 // evConn is one relayed connection of the event engine: its two sockets,
@@ -68,6 +69,7 @@ type evConn struct {
 	deadline   int64
 	sa         *sockaddr // the address dialled
 	ai         uint8     // the next of the target name's other addresses to try
+	fdWait     int64     // waitFD's last wait
 	upN, downN uint64    // bytes each way, for the target's counters and the log
 	endFirst   endReason // which side's EOF came first
 	endWhy     endReason // set when the end is known before finish: no target
@@ -350,6 +352,11 @@ func (c *evConn) expired() {
 		c.take(c.want, true)
 	case stResolve, stDialing:
 		c.attemptFailed(unix.ETIMEDOUT)
+	case stNoFD:
+		if c.deadline != 0 {
+			l.wheel.arm(c, l.now+(c.deadline-l.now)/int64(c.left+1), l.now)
+		}
+		c.connectTo(c.sa)
 	case stRelay:
 		idle := int64(c.cfg.IdleTimeout)
 		if since := l.now - c.last; since < idle {

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"time"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -55,6 +57,10 @@ func (c *evConn) connectTo(sa *sockaddr) {
 	}
 	fd, e := socketFor(sa)
 	if e != 0 {
+		if exhausted(e) {
+			c.waitFD(sa, e)
+			return
+		}
 		c.attemptFailed(e)
 		return
 	}
@@ -94,6 +100,23 @@ func (c *evConn) connectTo(sa *sockaddr) {
 		c.tW = true
 		c.connected()
 	}
+}
+
+// waitFD waits for a descriptor to dial sa with, as the goroutine
+// engine's dialOne does: out of descriptors or memory is no fault of the
+// target, which is not marked down. It tries again after 5 ms, doubling
+// to 100 ms, as long as the dial's deadline allows, and then ends the
+// client.
+func (c *evConn) waitFD(sa *sockaddr, e unix.Errno) {
+	l := c.lp
+	c.fdWait = min(max(2*c.fdWait, int64(5*time.Millisecond)), int64(100*time.Millisecond))
+	if c.deadline != 0 && l.now+c.fdWait > c.deadline {
+		c.rt.srv.log.Debug("no descriptor to dial with", "route", c.rt.name, "target", c.b.addr.String(), "err", e)
+		c.noTarget(e)
+		return
+	}
+	c.sa, c.state = sa, stNoFD
+	l.wheel.arm(c, l.now+c.fdWait, l.now)
 }
 
 // attemptFailed closes the socket of a failed or timed-out dial, marks
