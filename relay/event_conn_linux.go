@@ -72,7 +72,7 @@ type evConn struct {
 	fdWait     int64     // waitFD's last wait
 	upN, downN uint64    // bytes each way, for the target's counters and the log
 	endFirst   endReason // which side's EOF came first
-	endWhy     endReason // set when the end is known before finish: no target
+	endWhy     endReason // set when the end is known before the relay: no target, a reset
 
 	hdr [108]byte // room for an outgoing PROXY header (v1's longest)
 }
@@ -295,8 +295,11 @@ func (c *evConn) policy() {
 		c.deadline = l.now + int64(r.DialTimeout)
 	}
 	if e := c.up.readAhead(l, c.cfd, &c.cR, c.cHup); e != 0 {
-		c.debug("client gone before the dial")
-		c.finish(errQuiet)
+		// The client reset before the dial: no target is dialled for
+		// it, but it ends, is counted and logged as a relay that a
+		// reset ended.
+		c.endWhy = endReset
+		c.finish(e)
 		return
 	}
 	c.dialNext(errNoTarget)
@@ -415,7 +418,7 @@ func (c *evConn) finish(why error) {
 		rt.st.relayed.Add(1)
 		c.b.connEnd(c.upN, c.downN)
 		c.logEnd(end)
-	} else if end == endNoTarget {
+	} else if c.endWhy != 0 {
 		c.b = nil
 		c.logEnd(end)
 	}

@@ -423,3 +423,34 @@ func testMixedStreamTargets(t *testing.T) {
 		t.Fatalf("TCP target %d connections, Unix target %d; want 3 each", a, b)
 	}
 }
+
+// TestConnLogClientReset: a client that resets before the relay reads
+// it still gets its line, ended by a reset, and counts as a copy error,
+// though the event engine dials no target for it.
+func TestConnLogClientReset(t *testing.T) { forEachEngine(t, testConnLogClientReset) }
+
+func testConnLogClientReset(t *testing.T) {
+	a := startBackend(t, "tcp4", echo)
+	var buf syncBuffer
+	cfg := targetsRoute(nil, a.addr)
+	cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	cfg.ConnLog = slog.LevelInfo
+	cfg.MaxConns = 1
+	s := startRelay(t, cfg)
+	// The first client holds the only slot, so that the second resets
+	// while it waits in the listen backlog.
+	first := dialRoute(t, s, "r")
+	defer first.Close()
+	if err := ping(first); err != nil {
+		t.Fatal(err)
+	}
+	c := dialRoute(t, s, "r")
+	c.(*net.TCPConn).SetLinger(0)
+	c.Close()
+	first.Close()
+	waitFor(t, func() bool { return strings.Contains(buf.String(), "end=reset") })
+	waitFor(t, func() bool { return s.Stats().Routes[0].Active == 0 })
+	if n := s.Stats().Routes[0].CopyErrors; n != 1 {
+		t.Errorf("%d copy errors, want 1", n)
+	}
+}
