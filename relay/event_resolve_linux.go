@@ -80,7 +80,9 @@ func (l *loop) resolved(a Addr, sa sockaddr, more []sockaddr, err error) {
 			continue
 		}
 		c := l.conns[w.idx]
-		if c.cseq != w.seq || c.state != stResolve {
+		// A connection whose attempt timed out while it waited may be
+		// waiting for another target's name now.
+		if c.cseq != w.seq || c.state != stResolve || c.b.addr != a {
 			continue
 		}
 		if err != nil {
