@@ -228,7 +228,7 @@ func (c *evConn) pump(d, other *dir, src, dst int, srcR, dstW *bool, srcHup bool
 				// been reported: it may wait behind the bytes, and no
 				// new edge would come for it; it is read now instead.
 				if srcHup {
-					d.readToEnd(src)
+					d.readToEnd(src, len(d.buf))
 				} else {
 					*srcR = false
 				}
@@ -245,10 +245,11 @@ func (c *evConn) pump(d, other *dir, src, dst int, srcR, dstW *bool, srcHup bool
 // the bytes are written on: they then leave with the FIN in one segment
 // (MSG_MORE and shutdown, as HAProxy sends them), and the peer
 // acknowledges both at once. A read error is kept in d.rerr, to end the
-// connection once the bytes read before it are passed on.
-func (d *dir) readToEnd(src int) {
-	for d.end < len(d.buf) {
-		n, e := read(src, d.buf[d.end:])
+// connection once the bytes read before it are passed on. It reads up to
+// d.buf[:lim].
+func (d *dir) readToEnd(src, lim int) {
+	for d.end < lim {
+		n, e := read(src, d.buf[d.end:lim])
 		switch {
 		case e == unix.EINTR:
 			continue
@@ -269,7 +270,9 @@ func (d *dir) readToEnd(src int) {
 // that the target's socket knows at connect time that bytes wait for it
 // (see connectTo). It returns the error that ends the client, if any; the
 // client's end is kept in d.eof. srcHup is as for pump: a client that
-// waited for a slot may have had its FIN reported already.
+// waited for a slot may have had its FIN reported already. As readProxy
+// and readHello, it leaves room for an outgoing PROXY header
+// (queueProxyHeader) at the end of the buffer.
 func (d *dir) readAhead(l *loop, src int, srcR *bool, srcHup bool) unix.Errno {
 	if d.end > d.off || d.eof {
 		return 0 // a ClientHello or the bytes after a PROXY header
@@ -277,13 +280,14 @@ func (d *dir) readAhead(l *loop, src int, srcR *bool, srcHup bool) unix.Errno {
 	if d.buf == nil {
 		d.buf = l.getBuf()
 	}
-	n, e := read(src, d.buf)
+	lim := len(d.buf) - proxyReserve
+	n, e := read(src, d.buf[:lim])
 	if e == 0 && n > 0 {
 		d.off, d.end = 0, n
-		if n < len(d.buf) {
+		if n < lim {
 			// Drained, as in pump; the FIN, if reported, is read now.
 			if srcHup {
-				d.readToEnd(src)
+				d.readToEnd(src, lim)
 			} else {
 				*srcR = false
 			}

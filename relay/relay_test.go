@@ -316,6 +316,43 @@ func testProxyProtocolSend(t *testing.T) {
 	}
 }
 
+// TestProxyHeaderBeforeEarlyBytes: a client that sent more than a
+// buffer's worth before the relay dialled its target (it waited in the
+// listen backlog): the target gets the PROXY header, then every byte the
+// client sent, in order.
+func TestProxyHeaderBeforeEarlyBytes(t *testing.T) {
+	forEachEngine(t, testProxyHeaderBeforeEarlyBytes)
+}
+
+func testProxyHeaderBeforeEarlyBytes(t *testing.T) {
+	for _, v := range []int{1, 2} {
+		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
+			b, got := proxyTarget(t)
+			cfg := route0("127.0.0.1:0", b.addr, func(r *Route) { r.SendProxy = v })
+			cfg.MaxConns = 1
+			s := startRelay(t, cfg)
+			first := dialRoute(t, s, "r") // holds the only slot
+			defer first.Close()
+			if err := ping(first); err != nil {
+				t.Fatal(err)
+			}
+			<-got
+			c := dialRoute(t, s, "r")
+			defer c.Close()
+			errc := make(chan error, 1)
+			go func() { errc <- roundTrip(c, 64<<10, uint64(v)) }()
+			time.Sleep(100 * time.Millisecond) // the bytes wait in the client's socket
+			first.Close()
+			if err := <-errc; err != nil {
+				t.Fatal(err)
+			}
+			if src := <-got; src.String() != c.LocalAddr().String() {
+				t.Fatalf("target saw source %v, client is %v", src, c.LocalAddr())
+			}
+		})
+	}
+}
+
 func TestProxyProtocolAccept(t *testing.T) { forEachEngine(t, testProxyProtocolAccept) }
 
 func testProxyProtocolAccept(t *testing.T) {
