@@ -4,11 +4,16 @@ package relay
 // Timing Wheels"): each connection has at most one timer, linked into
 // the slot of its expiry tick, so arming and disarming are O(1) and
 // allocate nothing; a timer further out than one turn of the wheel stays
-// in its slot for the turns in between. Times are the loop's monotonic
-// nanoseconds.
+// in its slot for the turns in between. Such a timer (an idle timeout)
+// is linked into the slot of its tick rounded down to wheelCoarse ticks
+// instead, and moved to its own tick's slot in its last turn: far timers
+// then wake the loop once a turn, not on every tick of it, however many
+// connections armed them at different times. Times are the loop's
+// monotonic nanoseconds.
 const (
-	wheelSlots = 512                   // a power of two
-	wheelTick  = int64(10 * 1_000_000) // 10 ms: the resolution of timeouts
+	wheelSlots  = 512                   // a power of two
+	wheelTick   = int64(10 * 1_000_000) // 10 ms: the resolution of timeouts
+	wheelCoarse = wheelSlots            // far timers share one slot
 )
 
 type wheel struct {
@@ -36,7 +41,14 @@ func (w *wheel) arm(c *evConn, at, now int64) {
 	t := at / wheelTick
 	if t <= w.cur {
 		t = w.cur + 1
+	} else if t-w.cur > wheelSlots {
+		t -= t % wheelCoarse // still after cur
 	}
+	w.link(c, at, t)
+}
+
+// link links c, due at at, into the slot of tick t.
+func (w *wheel) link(c *evConn, at, t int64) {
 	slot := int32(t & (wheelSlots - 1))
 	s := &w.slots[slot]
 	c.tm.at, c.tm.slot, c.tm.prev, c.tm.next = at, slot, nil, *s
@@ -80,9 +92,13 @@ func (w *wheel) advance(now int64, fire func(*evConn)) {
 		c := w.slots[w.cur&(wheelSlots-1)]
 		for c != nil {
 			next := c.tm.next
-			if c.tm.at <= now {
+			if at := c.tm.at; at <= now {
 				w.disarm(c)
 				fire(c)
+			} else if t := at / wheelTick; t-w.cur <= wheelSlots && int32(t&(wheelSlots-1)) != c.tm.slot {
+				// A far timer's last turn: to its own tick's slot.
+				w.disarm(c)
+				w.link(c, at, t)
 			}
 			c = next
 		}

@@ -54,3 +54,35 @@ func TestWheel(t *testing.T) {
 		t.Fatal("nothing fired")
 	}
 }
+
+// TestWheelFarTimersSleep: timers due far beyond a turn of the wheel
+// (idle timeouts of connections that came one after another) do not wake
+// the loop on every tick while none is due: an idle loop sleeps.
+func TestWheelFarTimersSleep(t *testing.T) {
+	var w wheel
+	now := int64(12345) * wheelTick
+	w.init(now)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 2000 {
+		c := &evConn{idx: int32(i)}
+		// An hour from now, one every few milliseconds.
+		w.arm(c, now+int64(i)*3e6+3600e9, now)
+		now += rng.Int64N(2 * wheelTick)
+	}
+	// Sleep as the loop does for a minute, none due.
+	wakes := 0
+	for end := now + 60e9; now < end; {
+		ms := w.timeout(now)
+		if ms < 0 {
+			t.Fatal("no timer armed")
+		}
+		now += int64(ms)*1e6 + 1 // a wake-up lands past the millisecond
+		wakes++
+		w.advance(now, func(c *evConn) { t.Fatalf("timer %d fired an hour early", c.idx) })
+	}
+	// A wake-up per tick would be 6000; one per turn (5.12 s) is what
+	// far timers should cost.
+	if wakes > 30 {
+		t.Errorf("%d wake-ups in a minute with nothing due", wakes)
+	}
+}
