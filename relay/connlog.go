@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// ConnLogOff is a [Config.ConnLog] level no handler enables: no line per
+// ConnLogOff is the [Config.ConnLog] level that logs no line per
 // connection.
 const ConnLogOff = slog.Level(1 << 20)
 
@@ -44,11 +44,10 @@ func (e endReason) String() string {
 // target), duration and why it ended, at the Config's ConnLog level.
 // b is nil when no target was reached.
 func (rt *route) logEnd(client netip.AddrPort, b *backend, up, down uint64, start time.Time, why endReason) {
-	log, lvl := rt.srv.log, rt.srv.connLog.Level()
-	ctx := context.Background()
-	if !log.Enabled(ctx, lvl) {
+	if !rt.srv.connLogOn() {
 		return
 	}
+	log, lvl, ctx := rt.srv.log, rt.srv.connLog.Level(), context.Background()
 	c, t := "-", "-"
 	if client.IsValid() {
 		c = client.String()
@@ -60,6 +59,15 @@ func (rt *route) logEnd(client netip.AddrPort, b *backend, up, down uint64, star
 		slog.String("client", c), slog.String("route", rt.name), slog.String("target", t),
 		slog.Uint64("bytes_up", up), slog.Uint64("bytes_down", down),
 		slog.Duration("duration", time.Since(start)), slog.String("end", why.String()))
+}
+
+// connLogOn reports whether a finished connection is logged: its level is
+// not ConnLogOff, which a handler's minimum level does not filter out (a
+// handler enables every level from its minimum up), and the handler
+// enables it.
+func (s *Server) connLogOn() bool {
+	lvl := s.connLog.Level()
+	return lvl < ConnLogOff && s.log.Enabled(context.Background(), lvl)
 }
 
 // setConnLog takes cfg's ConnLog level.

@@ -433,7 +433,7 @@ func (c *evConn) finish(why error) {
 // enabled.
 func (c *evConn) logEnd(end endReason) {
 	rt := c.rt
-	if !rt.srv.log.Enabled(context.Background(), rt.srv.connLog.Level()) {
+	if !rt.srv.connLogOn() {
 		return
 	}
 	start := time.Now().Add(-time.Duration(c.lp.now - c.start))

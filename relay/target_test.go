@@ -244,6 +244,40 @@ func testConnLog(t *testing.T) {
 	}
 }
 
+// TestConnLogOff: ConnLogOff logs no line per connection, though a handler
+// enables every level from its minimum up, at start and after an Update
+// that sets it.
+func TestConnLogOff(t *testing.T) { forEachEngine(t, testConnLogOff) }
+
+func testConnLogOff(t *testing.T) {
+	a := startBackend(t, "tcp4", func(c net.Conn) { c.Write([]byte("bye")) })
+	var buf syncBuffer
+	cfg := targetsRoute(nil, a.addr)
+	cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	cfg.ConnLog = ConnLogOff
+	s := startRelay(t, cfg)
+	relayOnce := func() {
+		t.Helper()
+		c := dialRoute(t, s, "r")
+		waitClosed(c, 5*time.Second)
+		c.Close()
+		waitFor(t, func() bool { return s.Stats().Routes[0].Relayed > 0 && s.Stats().Routes[0].Active == 0 })
+	}
+	relayOnce()
+	cfg.ConnLog = slog.LevelInfo
+	if err := s.Update(cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnLog = ConnLogOff
+	if err := s.Update(cfg); err != nil {
+		t.Fatal(err)
+	}
+	relayOnce()
+	if strings.Contains(buf.String(), "msg=connection") {
+		t.Fatalf("ConnLogOff logged a connection:\n%s", buf.String())
+	}
+}
+
 // TestBadRoutes: each bad value is refused by New with an error naming it.
 func TestBadRoutes(t *testing.T) {
 	tcp := Addr{"tcp", "127.0.0.1:9"}
