@@ -4,6 +4,9 @@ package relay
 
 import "net"
 
-// queued returns nothing here: a stopped listener's accept queue is reset
-// when it closes, as the platform does.
-func queued(net.Listener) []net.Conn { return nil }
+// closeQueued closes ln and returns nothing here: a stopped listener's
+// accept queue is reset when it closes, as the platform does.
+func closeQueued(ln net.Listener) []net.Conn {
+	ln.Close()
+	return nil
+}

@@ -241,14 +241,15 @@ func (e *eventEngine) holding() (bufs, pipes, pipesTaken int64, ok bool) {
 // (Addr, Close, and SyscallConn for the hand-over of queued connections);
 // its Accept is not used.
 type evListener struct {
-	e       *eventEngine
-	fd      int
-	addr    net.Addr
-	unlink  string // the Unix socket file to remove at Close
-	once    sync.Once
-	done    chan struct{} // closed when Close has finished
-	mu      sync.Mutex    // Control, and loops adding l, against Close
-	closing bool
+	e         *eventEngine
+	fd        int
+	addr      net.Addr
+	unlink    string // the Unix socket file to remove at Close
+	once      sync.Once
+	unwatched sync.Once     // see unwatch
+	done      chan struct{} // closed when Close has finished
+	mu        sync.Mutex    // Control, and loops adding l, against Close
+	closing   bool
 }
 
 var errEventAccept = errors.New("relay: the event loops accept on this listener")
@@ -291,16 +292,24 @@ func (l *evListener) Accept() (net.Conn, error) { return nil, errEventAccept }
 
 func (l *evListener) Addr() net.Addr { return l.addr }
 
-// Close stops every loop watching l, then closes it: no loop calls
-// accept on a descriptor number that may be reused.
-func (l *evListener) Close() error {
-	l.once.Do(func() {
+// unwatch stops every loop watching l; none starts again. Close does
+// it first, and closeQueued before it takes l's queue.
+func (l *evListener) unwatch() {
+	l.unwatched.Do(func() {
 		l.mu.Lock()
 		l.closing = true
 		l.mu.Unlock()
 		for _, lp := range l.e.started() {
 			lp.call(func() { lp.removeListener(l) })
 		}
+	})
+}
+
+// Close stops every loop watching l, then closes it: no loop calls
+// accept on a descriptor number that may be reused.
+func (l *evListener) Close() error {
+	l.once.Do(func() {
+		l.unwatch()
 		l.mu.Lock()
 		closeFD(l.fd)
 		l.fd = -1

@@ -108,12 +108,13 @@ func (f *front) stop(drain bool) []handoff {
 	var queue []handoff
 	if drain {
 		for _, ln := range f.lns {
-			for _, c := range queued(ln) {
+			for _, c := range closeQueued(ln) {
 				queue = append(queue, handoff{f, c})
 			}
 		}
+	} else {
+		closeAll(f.lns)
 	}
-	closeAll(f.lns)
 	q := f.flushRetiring()
 	if !drain {
 		for _, h := range q {
@@ -325,11 +326,10 @@ func (r *retiring) close(f *front) []handoff {
 	r.closed = true
 	var q []handoff
 	for _, ln := range r.lns {
-		for _, c := range queued(ln) {
+		for _, c := range closeQueued(ln) {
 			q = append(q, handoff{f, c})
 		}
 	}
-	closeAll(r.lns)
 	return q
 }
 

@@ -197,3 +197,87 @@ func startUDPEcho(t *testing.T) Addr {
 	serveUDP(t, c, func(in []byte) []byte { return in })
 	return Addr{"udp", c.LocalAddr().String()}
 }
+
+// TestReloadMoveWildcardLosesNothing: a route that moves between a
+// specific address and the wildcard of one port, back and forth, while
+// clients keep connecting to the specific address. The kernel gives new
+// clients to the specific socket while it listens, so clients keep
+// queueing on it until it closes: those queued are relayed, not reset.
+// Handshakes still in flight when it closes are reset by the kernel (the
+// wildcard socket is not in its SO_REUSEPORT group, where
+// tcp_migrate_req could move them), a few over the run; the queued
+// clients reset when the event loops were told to stop watching the
+// socket between taking its queue and closing it were dozens per move.
+func TestReloadMoveWildcardLosesNothing(t *testing.T) {
+	forEachEngine(t, testReloadMoveWildcardLosesNothing)
+}
+
+func testReloadMoveWildcardLosesNothing(t *testing.T) {
+	leakCheck(t)
+	b := startBackend(t, "tcp4", echo)
+	listen := freePort(t)
+	_, port, _ := net.SplitHostPort(listen)
+	cfg := func(host string) Config {
+		return Config{Routes: []Route{{Name: "r", Listen: Addr{"tcp", net.JoinHostPort(host, port)}, Target: b.addr}}}
+	}
+	s := startRelay(t, cfg("127.0.0.1"))
+
+	var stop atomic.Bool
+	var ok, failed atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 1)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			msg := []byte("ping")
+			buf := make([]byte, len(msg))
+			for i := 0; !stop.Load() && i < 100_000; i++ {
+				err := func() error {
+					c, err := net.DialTimeout("tcp", listen, 5*time.Second)
+					if err != nil {
+						return err
+					}
+					defer c.Close()
+					c.SetDeadline(time.Now().Add(10 * time.Second))
+					if _, err := c.Write(msg); err != nil {
+						return err
+					}
+					_, err = io.ReadFull(c, buf)
+					return err
+				}()
+				if err != nil {
+					failed.Add(1)
+					select {
+					case errs <- err:
+					default:
+					}
+					continue
+				}
+				ok.Add(1)
+			}
+		}()
+	}
+	const moves, tolerated = 20, 20
+	for i := range moves {
+		for n := ok.Load() + 200; ok.Load() < n && failed.Load() <= tolerated; {
+			time.Sleep(time.Millisecond)
+		}
+		host := "0.0.0.0"
+		if i%2 == 1 {
+			host = "127.0.0.1"
+		}
+		if err := s.Update(withEngine(t, cfg(host))); err != nil {
+			t.Fatalf("reload %d: %v", i, err)
+		}
+	}
+	for n := ok.Load() + 200; ok.Load() < n && failed.Load() <= tolerated; {
+		time.Sleep(time.Millisecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	if n := failed.Load(); n > tolerated {
+		t.Fatalf("%d of %d connections failed over %d moves; first: %v", n, n+ok.Load(), moves, <-errs)
+	}
+	t.Logf("%d connections over %d moves, %d failed", ok.Load(), moves, failed.Load())
+}
