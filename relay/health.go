@@ -28,8 +28,18 @@ func (b *backend) markDown(why string, err error) {
 	b.logState(b.rt.srv.log, true, why, err)
 }
 
-// dialOK clears a failed dial's mark: the target answers.
-func (b *backend) dialOK() { b.markUp("dial succeeded") }
+// dialOK clears a failed dial's mark: the target answers. Where active
+// checks run, only Rise passed checks bring a target back, as HAProxy's
+// do: a client's dial that connects to a target marked down (every
+// target being down, or a connect that completed before another client's
+// failed dial marked it down) leaves the mark, so that the target does
+// not flap up and down while it dies.
+func (b *backend) dialOK() {
+	if b.checked.Load() && b.downUntil.Load() == noRetry {
+		return
+	}
+	b.markUp("dial succeeded")
+}
 
 // markUp clears b's down mark, for the reason why.
 func (b *backend) markUp(why string) {

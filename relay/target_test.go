@@ -175,6 +175,45 @@ func testActiveHealthChecks(t *testing.T) {
 	waitFor(t, func() bool { return targetStats(s, 1).Up })
 }
 
+// TestChecksAloneBringUp: with active checks, a target they marked down
+// stays down when a client's dial to it connects (the last resort, or a
+// connect that completed just before another client's failed dial marked
+// it down) until Rise checks pass, as documented and as HAProxy does.
+func TestChecksAloneBringUp(t *testing.T) { forEachEngine(t, testChecksAloneBringUp) }
+
+func testChecksAloneBringUp(t *testing.T) {
+	leakCheck(t)
+	dead := deadAddr(t)
+	// The first check runs at once and fails; the next is an hour away.
+	s := startRelay(t, targetsRoute(func(r *Route) {
+		r.HealthCheck = HealthCheck{Interval: time.Hour, Fall: 1}
+	}, dead))
+	waitFor(t, func() bool { return !targetStats(s, 0).Up })
+	ln, err := net.Listen("tcp4", dead.Address)
+	if err != nil {
+		t.Skipf("port taken meanwhile: %v", err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			echo(c)
+			c.Close()
+		}
+	}()
+	c := dialRoute(t, s, "r") // every target down: tried as the last resort
+	if err := ping(c); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if targetStats(s, 0).Up {
+		t.Fatal("a client's dial brought up a target the checks marked down, before Rise checks passed")
+	}
+}
+
 // TestReloadTargets: a reload adds, removes and reweights targets; a
 // connection to a removed target goes on undisturbed, and a kept
 // target's health and counters survive.
