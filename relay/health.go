@@ -15,15 +15,28 @@ func (b *backend) dialFailed(err error) {
 	b.markDown("dial failed", err)
 }
 
-// markDown marks b down as dialFailed does, for the reason why.
+// markDown marks b down as dialFailed does, for the reason why. A
+// failure while b's mark runs (a dial under way when another client's
+// failure marked it, or a last resort) leaves the mark as it is: the
+// backoff doubles with each failure after a mark expired, not with each
+// client that saw the target die.
 func (b *backend) markDown(why string, err error) {
-	n := b.failStreak.Add(1)
 	if b.checked.Load() {
+		b.failStreak.Add(1)
 		b.rise.Store(0)
 		b.downUntil.Store(noRetry)
 	} else {
+		now := time.Now()
+		old := b.downUntil.Load()
+		if old != 0 && now.UnixNano() < old {
+			return
+		}
+		n := b.failStreak.Add(1)
 		d := minBackoff << min(n-1, 5)
-		b.downUntil.Store(time.Now().Add(min(d, maxBackoff)).UnixNano())
+		if !b.downUntil.CompareAndSwap(old, now.Add(min(d, maxBackoff)).UnixNano()) {
+			b.failStreak.Add(-1) // another failure marked it meanwhile
+			return
+		}
 	}
 	b.logState(b.rt.srv.log, true, why, err)
 }

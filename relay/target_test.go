@@ -214,6 +214,42 @@ func testChecksAloneBringUp(t *testing.T) {
 	}
 }
 
+// TestBackoffPerEpisode: the clients whose dials to a target fail at
+// once, when it dies under load, mark it down for the first backoff, not
+// one doubling each: the backoff doubles with each retry that fails after
+// a mark expired, so that a target back a second later is used again a
+// second later, not after the longest backoff.
+func TestBackoffPerEpisode(t *testing.T) { forEachEngine(t, testBackoffPerEpisode) }
+
+func testBackoffPerEpisode(t *testing.T) {
+	leakCheck(t)
+	a := startBackend(t, "tcp4", echo)
+	dead := deadAddr(t)
+	s := startRelay(t, targetsRoute(nil, a.addr, dead))
+	s.mu.Lock()
+	b := s.routes["r"].targets().bs[1]
+	s.mu.Unlock()
+	for range 5 {
+		eachClient(t, s, "r", 32, func(i int, c net.Conn) {
+			if err := ping(c); err != nil {
+				t.Error(err)
+			}
+		})
+		if targetStats(s, 1).DialErrors > 1 {
+			break
+		}
+		// Only one failed: start again from a target that is up.
+		b.failStreak.Store(0)
+		b.downUntil.Store(0)
+	}
+	if n := targetStats(s, 1).DialErrors; n < 2 {
+		t.Skipf("%d dial failed: no failures at once to look at", n)
+	}
+	if left := time.Until(time.Unix(0, b.downUntil.Load())); left > minBackoff {
+		t.Fatalf("after %d dials failed at once, down for %v more, want at most %v", targetStats(s, 1).DialErrors, left, minBackoff)
+	}
+}
+
 // TestReloadTargets: a reload adds, removes and reweights targets; a
 // connection to a removed target goes on undisturbed, and a kept
 // target's health and counters survive.
