@@ -120,13 +120,20 @@ func (e *eventEngine) acceptLoop(f *front, ln net.Listener) {
 			}
 			continue
 		}
-		e.handoff(f, c)
+		e.hand(f, c, false)
 	}
 }
 
-// handoff moves c's socket out of package net (a duplicate of its
-// descriptor, then c is closed) into the least loaded loop.
-func (e *eventEngine) handoff(f *front, c net.Conn) {
+// handoff serves c, taken from the accept queue of a listener of f that a
+// reload closed. It was waiting for a slot there, if at a limit, so it
+// waits for one in its loop as an accepted client does, rather than
+// being closed as over the limit.
+func (e *eventEngine) handoff(f *front, c net.Conn) { e.hand(f, c, true) }
+
+// hand moves c's socket out of package net (a duplicate of its
+// descriptor, then c is closed) into the least loaded loop; wait is
+// accepted's.
+func (e *eventEngine) hand(f *front, c net.Conn, wait bool) {
 	loops := e.start()
 	fd := -1
 	if sc, ok := c.(syscall.Conn); ok {
@@ -154,7 +161,7 @@ func (e *eventEngine) handoff(f *front, c net.Conn) {
 	lp := leastLoaded(loops)
 	peer := sockname(fd, true)
 	f.srv.connWG.Add(1) // before Update's serveWG.Done: Shutdown waits for it
-	lp.handOver(f, fd, peer, false)
+	lp.handOver(f, fd, peer, wait)
 }
 
 func (e *eventEngine) abort(why error) {

@@ -29,7 +29,19 @@ func (e *goroutineEngine) adopt(lns []net.Listener) ([]net.Listener, error) { re
 
 func (e *goroutineEngine) serve(f *front, ln net.Listener) { e.acceptLoop(f, ln) }
 
-func (e *goroutineEngine) handoff(f *front, c net.Conn) { e.serveFront(f, c, false) }
+// handoff serves c, taken from the accept queue of a listener of f that a
+// reload closed. It was waiting for a slot there, if at a limit, so it
+// waits for one as an accepted client does, rather than being closed as
+// over the limit: on a goroutine of its own, counted in serveWG as an
+// accept loop is, since the reload does not wait.
+func (e *goroutineEngine) handoff(f *front, c net.Conn) {
+	s := f.srv
+	s.serveWG.Add(1)
+	go func() {
+		defer s.serveWG.Done()
+		e.serveFront(f, c, true)
+	}()
+}
 
 // abort closes every connection in flight; s.mu is held.
 func (e *goroutineEngine) abort(why error) {

@@ -97,7 +97,8 @@ func (l *loop) accepted(f *front, fd int, peer netip.AddrPort, wait bool) {
 	// (take). acceptAll found room before accepting; if another loop
 	// took it meanwhile, the client is let in over the limit rather
 	// than reset: by at most one per loop, as the goroutine engine's
-	// accept loops pausing after their accept.
+	// accept loops pausing after their accept, and by the clients a
+	// reload handed over from a listener it closed.
 	c.peekSlot = true
 	if !f.srv.admitPeek() {
 		if !wait {

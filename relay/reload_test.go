@@ -281,3 +281,74 @@ func testReloadMoveWildcardLosesNothing(t *testing.T) {
 	}
 	t.Logf("%d connections over %d moves, %d failed", ok.Load(), moves, failed.Load())
 }
+
+// TestReloadHandsOverAtLimit: clients waiting in the backlog of a route
+// at its connection limit, when a reload moves the route (the wildcard
+// of its port, so its old socket closes), are handed over and wait for a
+// slot as they did before, not closed as over the limit; for the
+// route's limit and the server's.
+func TestReloadHandsOverAtLimit(t *testing.T) { forEachEngine(t, testReloadHandsOverAtLimit) }
+
+func testReloadHandsOverAtLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"route", func(c *Config) { c.Routes[0].MaxConns = 2 }},
+		{"global", func(c *Config) { c.MaxConns = 2 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			leakCheck(t)
+			b := startBackend(t, "tcp4", echo)
+			listen := freePort(t)
+			_, port, _ := net.SplitHostPort(listen)
+			cfg := func(host string) Config {
+				c := Config{Routes: []Route{{Name: "r", Listen: Addr{"tcp", net.JoinHostPort(host, port)}, Target: b.addr}}}
+				tc.mod(&c)
+				return c
+			}
+			s := startRelay(t, cfg("127.0.0.1"))
+			var held []net.Conn
+			for range 2 {
+				c := dialRoute(t, s, "r")
+				if err := ping(c); err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, c)
+			}
+			var waiting []net.Conn
+			for range 5 {
+				c, err := net.DialTimeout("tcp", listen, 5*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer c.Close()
+				if _, err := io.WriteString(c, "ping"); err != nil {
+					t.Fatal(err)
+				}
+				waiting = append(waiting, c)
+			}
+			if err := s.Update(withEngine(t, cfg("0.0.0.0"))); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range held {
+				c.Close()
+			}
+			// Two at a time are let in: each closes once served.
+			var wg sync.WaitGroup
+			for i, c := range waiting {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer c.Close()
+					c.SetDeadline(time.Now().Add(10 * time.Second))
+					var buf [4]byte
+					if _, err := io.ReadFull(c, buf[:]); err != nil {
+						t.Errorf("client %d waiting at the limit during the reload: %v", i, err)
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
