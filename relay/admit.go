@@ -102,16 +102,18 @@ func (s *Server) pause(rt *route, done, rdone <-chan struct{}) bool {
 
 // atLimit reports whether a new stream would go over the server's limit
 // or, if rt is not nil, rt's. Clients handed between event loops count
-// against the server's: each holds a descriptor already.
+// against the server's: each holds a descriptor already. So do the
+// clients an event loop parked to wait for a slot, against the limits
+// they wait under: a slot that frees is theirs, not a new client's.
 func (s *Server) atLimit(rt *route) bool {
-	if lim := s.limit(); lim > 0 && s.active.Load()+s.eng.handedOver() >= lim {
+	if lim := s.limit(); lim > 0 && s.active.Load()+s.eng.handedOver()+s.parked.Load() >= lim {
 		return true
 	}
 	if rt == nil {
 		return false
 	}
 	rlim := int64(rt.cfg.Load().MaxConns)
-	return rlim > 0 && rt.active.Load() >= rlim
+	return rlim > 0 && rt.active.Load()+rt.parked.Load() >= rlim
 }
 
 // waitAdmit takes a slot for a connection accepted when there seemed to

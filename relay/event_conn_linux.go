@@ -218,6 +218,7 @@ const slotRetry = 20 * time.Millisecond
 // take admits c under rt's limits or, with wait, parks it until a slot
 // frees (or rt stops), as the goroutine engine's waitAdmit does.
 func (c *evConn) take(rt *route, wait bool) {
+	c.unpark()
 	var ok bool
 	if c.peekSlot { // the route takes over the hello's server slot
 		ok = rt.admitHeld(rt.cfg.Load())
@@ -240,8 +241,34 @@ func (c *evConn) take(rt *route, wait bool) {
 		return
 	}
 	l := c.lp
-	c.want, c.state = rt, stSlot
+	c.park(rt)
 	l.wheel.arm(c, l.now+int64(slotRetry), l.now)
+}
+
+// park makes c wait for a slot of rt. Parked clients count against the
+// limits (atLimit), so that the loops accept no new client while they
+// wait: a new client would take the slot that frees, and a parked one,
+// which looks again only every slotRetry, could wait behind new clients
+// for ever.
+func (c *evConn) park(rt *route) {
+	c.want, c.state = rt, stSlot
+	rt.parked.Add(1)
+	if !c.peekSlot { // a client holding a server slot does not wait for one
+		rt.srv.parked.Add(1)
+	}
+}
+
+// unpark ends c's wait for a slot, if it waits.
+func (c *evConn) unpark() {
+	rt := c.want
+	if rt == nil {
+		return
+	}
+	c.want = nil
+	rt.parked.Add(-1)
+	if !c.peekSlot {
+		rt.srv.parked.Add(-1)
+	}
 }
 
 // admitted starts serving c under rt, which gave it a slot: the PROXY
@@ -378,6 +405,7 @@ var errProxyTimeout = errors.New("PROXY header not received in time")
 func (c *evConn) finish(why error) {
 	l, rt := c.lp, c.rt
 	l.wheel.disarm(c)
+	c.unpark()
 	if c.cfd >= 0 {
 		closeFD(c.cfd)
 	}

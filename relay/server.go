@@ -25,6 +25,7 @@ type Server struct {
 	ports    atomic.Pointer[[]netip.AddrPort] // stream listeners, for dialsSelf
 	maxConns atomic.Int64
 	active   atomic.Int64 // stream relays in progress, all routes
+	parked   atomic.Int64 // clients waiting in an event loop for a server slot (evConn.park)
 
 	updateMu sync.Mutex // one Update at a time, resolving targets unlocked
 
@@ -280,6 +281,7 @@ type route struct {
 // MaxConns and MaxConnsPerClient, and in the route's Stats.
 type load struct {
 	active   atomic.Int64
+	parked   atomic.Int64 // clients waiting in an event loop for a slot (evConn.park)
 	clientMu sync.Mutex
 	clients  map[netip.Addr]int
 
