@@ -60,7 +60,14 @@ func startProc(t *testing.T, want int, args ...string) *proc {
 // (sh -c '... exec "$@"' ...), or directly if wrapper is nil.
 func startProcUnder(t *testing.T, wrapper []string, want int, args ...string) *proc {
 	t.Helper()
-	argv := append(append(wrapper[:len(wrapper):len(wrapper)], binary), append([]string{"relay", "--log-format", "json", "--log-level", "debug"}, args...)...)
+	return launch(t, wrapper, want, append([]string{"--log-format", "json", "--log-level", "debug"}, args...)...)
+}
+
+// launch runs zeroio relay with args alone (the JSON log format, which
+// proc parses, is for the caller to ask), under wrapper if not nil.
+func launch(t *testing.T, wrapper []string, want int, args ...string) *proc {
+	t.Helper()
+	argv := append(append(wrapper[:len(wrapper):len(wrapper)], binary), append([]string{"relay"}, args...)...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
@@ -633,6 +640,62 @@ func TestReloadGlobalLimitAndSignals(t *testing.T) {
 	p.waitLog(t, "second signal: closing now", 1)
 	if err := p.wait(t, 10*time.Second); err != nil {
 		t.Fatalf("exit after the second SIGTERM: %v", err)
+	}
+}
+
+// TestReloadProcessSettings: a reload applies the file's new log_level
+// and shutdown_timeout, as the start does, and says that a new metrics
+// address takes a restart rather than ignoring it.
+func TestReloadProcessSettings(t *testing.T) {
+	backend := echoServer(t, "tcp", "127.0.0.1:0").Addr().String()
+	listen := freeAddr(t)
+	conf := filepath.Join(t.TempDir(), "relay.yaml")
+	write := func(extra string) {
+		os.WriteFile(conf, fmt.Appendf(nil, "log_format: json\nconn_log: info\n%sroutes:\n  - {name: a, listen: tcp://%s, target: tcp://%s}\n", extra, listen, backend), 0o644)
+	}
+	write("log_level: warn\nshutdown_timeout: 60s\n")
+	p := launch(t, nil, 0, "-c", conf)
+	var c net.Conn
+	for i := 0; ; i++ { // nothing is logged at warn: wait for the port
+		var err error
+		if c, err = net.Dial("tcp", listen); err == nil {
+			break
+		}
+		if i == 100 {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ping(t, c)
+	c.Close()
+
+	write("log_level: info\nshutdown_timeout: 60s\n")
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.waitLog(t, "reloaded", 1)
+	c, err := net.Dial("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ping(t, c)
+	c.Close()
+	p.waitLog(t, "connection", 1) // at info now
+
+	write("log_level: info\nshutdown_timeout: 100ms\nmetrics: 127.0.0.1:9\n")
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.waitLog(t, "the metrics address changes only at a restart; keeping the running one", 1)
+	p.waitLog(t, "reloaded", 2)
+	held, err := net.Dial("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	ping(t, held)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	if err := p.wait(t, 10*time.Second); err != nil { // not 60s
+		t.Fatalf("exit: %v", err)
+	}
+	if len(p.logs("connections closed at the shutdown deadline")) != 1 {
+		t.Fatal("the connection in flight was not closed at the new shutdown timeout")
 	}
 }
 

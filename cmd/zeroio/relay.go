@@ -176,7 +176,7 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	log, err := newLogger(stderr, f.opt.logLevel, f.opt.logFormat)
+	log, err := newLogger(stderr, &f.level, f.opt.logLevel, f.opt.logFormat)
 	if err != nil {
 		return fail(err)
 	}
@@ -393,11 +393,55 @@ func (f *relayFlags) reload(srv *relay.Server, log *slog.Logger) {
 	if cfg.Engine != f.started {
 		log.Warn("the engine changes only at a restart; keeping the running one", "engine", f.started, "file", cfg.Engine)
 	}
+	// The process's settings follow the file too, unless a flag gave
+	// them, as at start: the log level and the shutdown timeout at once;
+	// the log format and the metrics address take a restart.
+	level, format, metrics := f.fileOpt("log-level", fc.LogLevel), f.fileOpt("log-format", fc.LogFormat), f.fileOpt("metrics", fc.Metrics)
+	lvl, err := parseLevel(level)
+	if err == nil {
+		err = checkFormat(format)
+	}
+	if err == nil && metrics != "" {
+		err = checkMetricsAddr(metrics)
+	}
+	if err != nil {
+		log.Error("reload failed; keeping the running config", "err", err)
+		return
+	}
+	timeout := f.opt.shutdownTimeout
+	if !f.set["shutdown-timeout"] {
+		timeout = defaultShutdownTimeout
+		if fc.ShutdownTimeout > 0 {
+			timeout = fc.ShutdownTimeout
+		}
+	}
 	if err := srv.Update(cfg); err != nil {
 		log.Error("reload failed; keeping the running config", "err", err)
 		return
 	}
+	f.level.Set(lvl)
+	f.opt.logLevel, f.opt.shutdownTimeout = level, timeout
+	if format != f.opt.logFormat {
+		log.Warn("the log format changes only at a restart; keeping the running one", "log_format", f.opt.logFormat, "file", format)
+	}
+	if metrics != f.opt.metrics {
+		log.Warn("the metrics address changes only at a restart; keeping the running one", "metrics", f.opt.metrics, "file", metrics)
+	}
 	log.Info("reloaded", "file", f.file, "routes", len(cfg.Routes))
+}
+
+// fileOpt is the value of the option set by flag name at a reload: the
+// flag's if it was given, else the file's (file) if set, else the flag's
+// default, as config reads them at start.
+func (f *relayFlags) fileOpt(name, file string) string {
+	fl := f.fs.Lookup(name)
+	switch {
+	case f.set[name]:
+		return fl.Value.String()
+	case file != "":
+		return file
+	}
+	return fl.DefValue
 }
 
 // maxConns is the global connection limit: --max-conns if it was given,
@@ -418,17 +462,35 @@ func engine(flagSet bool, flagEngine string, fc fileConfig) string {
 	return fc.Engine
 }
 
-func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+// newLogger returns the relay's logger, at level, which it sets in lv for
+// a reload to change.
+func newLogger(w io.Writer, lv *slog.LevelVar, level, format string) (*slog.Logger, error) {
+	l, err := parseLevel(level)
+	if err != nil {
+		return nil, err
 	}
-	o := &slog.HandlerOptions{Level: l}
-	switch format {
-	case "text":
-		return slog.New(slog.NewTextHandler(w, o)), nil
-	case "json":
+	if err := checkFormat(format); err != nil {
+		return nil, err
+	}
+	lv.Set(l)
+	o := &slog.HandlerOptions{Level: lv}
+	if format == "json" {
 		return slog.New(slog.NewJSONHandler(w, o)), nil
 	}
-	return nil, fmt.Errorf("log format %q: want text or json", format)
+	return slog.New(slog.NewTextHandler(w, o)), nil
+}
+
+func parseLevel(level string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return l, fmt.Errorf("log level %q: want debug, info, warn or error", level)
+	}
+	return l, nil
+}
+
+func checkFormat(format string) error {
+	if format != "text" && format != "json" {
+		return fmt.Errorf("log format %q: want text or json", format)
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -26,6 +27,7 @@ type relayFlags struct {
 	allow, deny, trusted, pos  listFlag
 	sni, alpn                  listFlag
 	set                        map[string]bool // flags given explicitly
+	level                      slog.LevelVar   // the log's level, which a reload may change
 	noCheck                    bool            // deprecated, ignored
 	healthRise, healthFall     int
 	healthInterval, healthTime duration
@@ -85,7 +87,7 @@ func newRelayFlags() *relayFlags {
 	fs.StringVar(&f.opt.metrics, "metrics", "", "serve Prometheus metrics at http://`host:port`/metrics, and /healthz (200, or 503 while shutting down)")
 	fs.StringVar(&f.engine, "engine", "", "the `engine` that moves stream routes' bytes: event (event loops, no goroutine per connection; Linux) or goroutine (goroutines per connection, every platform); default the platform's best, event on Linux")
 	fs.StringVar(&f.pprofAddr, "pprof", "", "serve Go's runtime profiles (net/http/pprof) at http://`host:port`/debug/pprof/; off by default, keep it on loopback")
-	fs.DurationVar(&f.opt.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGINT/SIGTERM, how long connections may finish")
+	fs.DurationVar(&f.opt.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGINT/SIGTERM, how long connections may finish")
 	fs.BoolVar(&f.checkOnly, "check-config", false, "check the flags or config file without dialling anything, list the routes and exit without listening")
 	fs.BoolVar(&f.checkTargets, "check-targets", false, "check the config, then dial every target once and exit: non-zero if any does not answer (for deploy scripts)")
 	fs.BoolVar(&f.noCheck, "no-check", false, "deprecated and ignored: the relay no longer dials its targets before it starts")
@@ -93,6 +95,8 @@ func newRelayFlags() *relayFlags {
 	fs.BoolVar(&f.help, "h", false, "show this help")
 	return f
 }
+
+const defaultShutdownTimeout = 30 * time.Second
 
 // parse reads args; flags may come before, between or after the
 // addresses.
