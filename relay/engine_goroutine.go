@@ -32,14 +32,15 @@ func (e *goroutineEngine) serve(f *front, ln net.Listener) { e.acceptLoop(f, ln)
 // handoff serves c, taken from the accept queue of a listener of f that a
 // reload closed. It was waiting for a slot there, if at a limit, so it
 // waits for one as an accepted client does, rather than being closed as
-// over the limit: on a goroutine of its own, counted in serveWG as an
-// accept loop is, since the reload does not wait.
+// over the limit (for a hello's server slot, until Shutdown, f having
+// stopped): on a goroutine of its own, counted in serveWG as an accept
+// loop is, since the reload does not wait.
 func (e *goroutineEngine) handoff(f *front, c net.Conn) {
 	s := f.srv
 	s.serveWG.Add(1)
 	go func() {
 		defer s.serveWG.Done()
-		e.serveFront(f, c, true)
+		e.serveFront(f, c, s.stopping)
 	}()
 }
 
@@ -111,24 +112,25 @@ func (e *goroutineEngine) acceptLoop(f *front, ln net.Listener) {
 			continue
 		}
 		bo.ok(f.srv.log)
-		e.serveFront(f, c, true)
+		e.serveFront(f, c, f.done)
 	}
 }
 
 // serveFront serves a client of f: at once by the only route of a front
 // that needs no hello, else on a goroutine that reads the hello first.
-// With wait, a client over a limit waits for a slot rather than being
-// closed.
-func (e *goroutineEngine) serveFront(f *front, c net.Conn, wait bool) {
+// With a done channel, a client over a limit waits for a slot rather
+// than being closed, until its route stops or, for a hello's server
+// slot, until done closes.
+func (e *goroutineEngine) serveFront(f *front, c net.Conn, done <-chan struct{}) {
 	t := f.table.Load()
 	if !t.needsHello() {
-		e.serveConn(t.only(), c, wait)
+		e.serveConn(t.only(), c, done != nil)
 		return
 	}
 	// The hello's wait holds a server slot (admitPeek): at the limit
 	// the accept loop waits here, as serveConn's waitAdmit does.
 	s := f.srv
-	if !s.admitPeek() && !(wait && f.waitPeek()) {
+	if !s.admitPeek() && !(done != nil && s.waitPeek(done)) {
 		c.Close()
 		return
 	}
@@ -142,11 +144,12 @@ func (e *goroutineEngine) serveFront(f *front, c net.Conn, wait bool) {
 	go p.runFront(f, t)
 }
 
-// waitPeek takes a server slot for a client of f, waiting while the
-// server is at its limit; false when f stops first.
-func (f *front) waitPeek() bool {
-	for !f.srv.admitPeek() {
-		if !f.srv.pause(nil, f.done, nil) {
+// waitPeek takes a server slot for a client whose route its hello will
+// choose, waiting while the server is at its limit; false when done
+// closes first.
+func (s *Server) waitPeek(done <-chan struct{}) bool {
+	for !s.admitPeek() {
+		if !s.pause(nil, done, nil) {
 			return false
 		}
 	}

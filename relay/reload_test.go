@@ -296,6 +296,18 @@ func testReloadHandsOverAtLimit(t *testing.T) {
 	}{
 		{"route", func(c *Config) { c.Routes[0].MaxConns = 2 }},
 		{"global", func(c *Config) { c.MaxConns = 2 }},
+		{"global, routes chosen by hello", func(c *Config) {
+			c.MaxConns = 2
+			tls := c.Routes[0]
+			tls.Name, tls.SNI = "tls", []string{"a.example"}
+			c.Routes = append(c.Routes, tls)
+		}},
+		{"route chosen by hello", func(c *Config) {
+			c.Routes[0].MaxConns = 2
+			tls := c.Routes[0]
+			tls.Name, tls.SNI = "tls", []string{"a.example"}
+			c.Routes = append(c.Routes, tls)
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			leakCheck(t)

@@ -29,15 +29,16 @@ type Server struct {
 
 	updateMu sync.Mutex // one Update at a time, resolving targets unlocked
 
-	mu      sync.Mutex
-	started bool
-	closed  bool
-	cfg     Config            // the running configuration, normalized
-	routes  map[string]*route // by name
-	fronts  map[string]*front // stream listen addresses, by frontKey; set by Start
-	eng     engine
-	connWG  sync.WaitGroup // one per relayed or pending stream connection
-	serveWG sync.WaitGroup // accept loops and UDP readers
+	mu       sync.Mutex
+	started  bool
+	closed   bool
+	stopping chan struct{}     // closed when Shutdown begins
+	cfg      Config            // the running configuration, normalized
+	routes   map[string]*route // by name
+	fronts   map[string]*front // stream listen addresses, by frontKey; set by Start
+	eng      engine
+	connWG   sync.WaitGroup // one per relayed or pending stream connection
+	serveWG  sync.WaitGroup // accept loops and UDP readers
 }
 
 // New validates cfg and returns a Server that has not opened anything yet.
@@ -46,7 +47,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	s := &Server{log: cfg.Logger, cfg: cfg, routes: map[string]*route{}, fronts: map[string]*front{}}
+	s := &Server{log: cfg.Logger, cfg: cfg, routes: map[string]*route{}, fronts: map[string]*front{}, stopping: make(chan struct{})}
 	s.setConnLog(cfg)
 	s.eng = newEngine(s, cfg.Engine)
 	s.ports.Store(new([]netip.AddrPort))
@@ -220,6 +221,9 @@ func (s *Server) Addrs(route string) []net.Addr {
 // exited.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
+	if !s.closed {
+		close(s.stopping)
+	}
 	s.closed = true
 	for _, f := range s.fronts {
 		f.stop(false)
