@@ -641,6 +641,9 @@ func TestReloadGlobalLimitAndSignals(t *testing.T) {
 	if err := p.wait(t, 10*time.Second); err != nil {
 		t.Fatalf("exit after the second SIGTERM: %v", err)
 	}
+	if len(p.logs("connections closed at the second signal")) != 1 || len(p.logs("connections closed at the shutdown deadline")) != 0 {
+		t.Error("the connections the second SIGTERM closed were not logged as such")
+	}
 }
 
 // TestReloadProcessSettings: a reload applies the file's new log_level

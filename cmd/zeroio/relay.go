@@ -359,8 +359,11 @@ func shutdown(srv *relay.Server, sig os.Signal, sigs chan os.Signal, metrics *me
 	}()
 	err := srv.Shutdown(ctx)
 	cancel()
-	if err != nil {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
 		log.Warn("connections closed at the shutdown deadline", "err", err)
+	case err != nil:
+		log.Warn("connections closed at the second signal", "err", err)
 	}
 	log.Info("stopped")
 }
