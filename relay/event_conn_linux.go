@@ -120,10 +120,10 @@ func (l *loop) accepted(f *front, fd int, peer netip.AddrPort, wait bool) {
 			return
 		}
 		c.state = stProxy
-		l.wheel.arm(c, l.now+int64(r.ProxyHeaderTimeout), l.now)
+		l.wheel.arm(c, after(l.now, r.ProxyHeaderTimeout), l.now)
 		return
 	}
-	l.wheel.arm(c, l.now+int64(r.PeekTimeout), l.now)
+	l.wheel.arm(c, after(l.now, r.PeekTimeout), l.now)
 }
 
 // helloBufSize holds a PROXY header, the longest ClientHello the parser
@@ -288,7 +288,7 @@ func (c *evConn) admitted(rt *route) {
 			return
 		}
 		c.state = stProxy
-		l.wheel.arm(c, l.now+int64(r.ProxyHeaderTimeout), l.now)
+		l.wheel.arm(c, after(l.now, r.ProxyHeaderTimeout), l.now)
 		if c.cR {
 			c.readProxy()
 		}
@@ -320,7 +320,7 @@ func (c *evConn) policy() {
 	c.ts = rt.targets()
 	c.left = c.ts.npos
 	if r.DialTimeout > 0 {
-		c.deadline = l.now + int64(r.DialTimeout)
+		c.deadline = after(l.now, r.DialTimeout)
 	}
 	if e := c.up.readAhead(l, c.cfd, &c.cR, c.cHup); e != 0 {
 		// The client reset before the dial: no target is dialled for
@@ -389,9 +389,9 @@ func (c *evConn) expired() {
 		}
 		c.connectTo(c.sa)
 	case stRelay:
-		idle := int64(c.cfg.IdleTimeout)
-		if since := l.now - c.last; since < idle {
-			l.wheel.arm(c, c.last+idle, l.now)
+		idle := c.cfg.IdleTimeout
+		if since := l.now - c.last; since < int64(idle) {
+			l.wheel.arm(c, after(c.last, idle), l.now)
 			return
 		}
 		c.finish(errIdle)

@@ -207,7 +207,7 @@ func (c *evConn) connected() {
 	c.state = stRelay
 	c.last = l.now
 	if idle := c.cfg.IdleTimeout; idle > 0 {
-		l.wheel.arm(c, l.now+int64(idle), l.now)
+		l.wheel.arm(c, after(l.now, idle), l.now)
 	} else {
 		l.wheel.disarm(c)
 	}

@@ -62,7 +62,7 @@ func (c *evConn) readProxy() {
 		if c.rt == nil { // a front's client: the hello chooses the route
 			l := c.lp
 			c.state = stHello
-			l.wheel.arm(c, l.now+int64(c.cfg.PeekTimeout), l.now)
+			l.wheel.arm(c, after(l.now, c.cfg.PeekTimeout), l.now)
 			c.readHello()
 			return
 		}

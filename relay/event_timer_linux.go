@@ -1,5 +1,10 @@
 package relay
 
+import (
+	"math"
+	"time"
+)
+
 // A hashed timer wheel (Varghese and Lauck, "Hashed and Hierarchical
 // Timing Wheels"): each connection has at most one timer, linked into
 // the slot of its expiry tick, so arming and disarming are O(1) and
@@ -15,6 +20,17 @@ const (
 	wheelTick   = int64(10 * 1_000_000) // 10 ms: the resolution of timeouts
 	wheelCoarse = wheelSlots            // far timers share one slot
 )
+
+// after returns the loop time d after now, or the farthest time there is
+// when that would overflow: a timeout of centuries (a duration just short
+// of Never) never fires, rather than wrapping around to the past and
+// firing at once.
+func after(now int64, d time.Duration) int64 {
+	if int64(d) > math.MaxInt64-now {
+		return math.MaxInt64
+	}
+	return now + int64(d)
+}
 
 type wheel struct {
 	slots [wheelSlots]*evConn // heads of doubly linked lists

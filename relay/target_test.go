@@ -490,6 +490,33 @@ func TestHealthChecksStop(t *testing.T) {
 	waitFor(t, func() bool { return checkers() == 0 })
 }
 
+// TestTimeoutsOfCenturies: timeouts just short of Never, the longest a
+// duration can be, are as good as never: they do not wrap around to the
+// past and fire at once, for the dial, the PROXY header or idleness.
+func TestTimeoutsOfCenturies(t *testing.T) { forEachEngine(t, testTimeoutsOfCenturies) }
+
+func testTimeoutsOfCenturies(t *testing.T) {
+	leakCheck(t)
+	b := startBackend(t, "tcp4", echo)
+	long := Never - 1
+	s := startRelay(t, route0("127.0.0.1:0", b.addr, func(r *Route) {
+		r.DialTimeout, r.IdleTimeout, r.ProxyHeaderTimeout, r.AcceptProxy = long, long, long, true
+	}))
+	c := dialRoute(t, s, "r")
+	defer c.Close()
+	if _, err := c.Write([]byte("PROXY TCP4 192.0.2.1 192.0.2.2 1000 80\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // past the next tick of the event loops' timers
+	if err := ping(c); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := ping(c); err != nil {
+		t.Fatalf("after a pause: %v", err)
+	}
+}
+
 // TestTimeoutDefaults: 0 takes the documented default, Never turns the
 // dial and idle timeouts off.
 func TestTimeoutDefaults(t *testing.T) {
