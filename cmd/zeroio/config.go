@@ -139,7 +139,7 @@ func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
 	if fc.ShutdownTimeout < 0 {
 		return relay.Config{}, fc, fmt.Errorf("%s: shutdown_timeout %v is negative", path, fc.ShutdownTimeout)
 	}
-	defaults := base
+	defaults := base.own()
 	if !fc.Defaults.IsZero() {
 		if err := decodeStrict(&fc.Defaults, &defaults); err != nil {
 			return relay.Config{}, fc, fmt.Errorf("%s: defaults: %s", path, oneLine(err))
@@ -151,7 +151,7 @@ func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
 	cfg := relay.Config{MaxConns: fc.MaxConns}
 	var errs []error
 	for i := range fc.Routes {
-		spec := defaults
+		spec := defaults.own()
 		spec.UnixMode, spec.UnixUser, spec.UnixGroup = "", "", ""
 		// A route's own target or targets replaces both defaults.
 		if hasKey(&fc.Routes[i], "target") || hasKey(&fc.Routes[i], "targets") {
@@ -279,6 +279,18 @@ func (s routeSpec) route() (relay.Route, error) {
 		return fail("send_proxy %q: want v1 or v2", s.SendProxy)
 	}
 	return r, nil
+}
+
+// own returns a copy of s whose health_check is its own: decoding a
+// route's (or the defaults') health_check into the copy merges it over
+// s's fields without changing s, which later routes, and the next
+// reload, read as their defaults.
+func (s routeSpec) own() routeSpec {
+	if s.HealthCheck != nil {
+		h := *s.HealthCheck
+		s.HealthCheck = &h
+	}
+	return s
 }
 
 // hasKey reports whether the mapping node n has key.

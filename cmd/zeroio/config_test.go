@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/zeroio/zeroio/relay"
 )
@@ -133,6 +134,44 @@ func TestEngineSetting(t *testing.T) {
 		}
 		if cfg.Engine != tc.want {
 			t.Errorf("%q: engine %q, want %q", tc.args, cfg.Engine, tc.want)
+		}
+	}
+}
+
+// TestConfigHealthCheckPerRoute: a route's own health_check is its own,
+// over the defaults' fields (the file's, then the flags'): it changes
+// neither the defaults of the routes after it nor the flags that the
+// next reload reads the file over.
+func TestConfigHealthCheckPerRoute(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "r.yaml")
+	if err := os.WriteFile(p, []byte(`
+defaults:
+  health_check: {interval: 2s}
+routes:
+  - {name: a, listen: tcp://127.0.0.1:1000, target: tcp://127.0.0.1:2000, health_check: {interval: 1s, rise: 5}}
+  - {name: b, listen: tcp://127.0.0.1:1001, target: tcp://127.0.0.1:2000}
+  - {name: c, listen: tcp://127.0.0.1:1002, target: tcp://127.0.0.1:2000, health_check: {fall: 7}}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	flags := routeSpec{HealthCheck: &healthSpec{Timeout: duration(time.Second)}}
+	for range 2 { // a reload reads the file over the same flags
+		cfg, _, err := loadFile(p, flags)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]relay.HealthCheck{
+			"a": {Interval: time.Second, Timeout: time.Second, Rise: 5},
+			"b": {Interval: 2 * time.Second, Timeout: time.Second},
+			"c": {Interval: 2 * time.Second, Timeout: time.Second, Fall: 7},
+		}
+		for _, r := range cfg.Routes {
+			if r.HealthCheck != want[r.Name] {
+				t.Errorf("route %s: health check %+v, want %+v", r.Name, r.HealthCheck, want[r.Name])
+			}
+		}
+		if *flags.HealthCheck != (healthSpec{Timeout: duration(time.Second)}) {
+			t.Fatalf("the flags' health check became %+v", *flags.HealthCheck)
 		}
 	}
 }
