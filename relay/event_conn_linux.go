@@ -366,6 +366,25 @@ func (c *evConn) event(target bool, ev uint32) {
 		c.readHello()
 	case stRelay:
 		c.pumpAll()
+		if ev&unix.EPOLLERR != 0 && c.state == stRelay {
+			c.failed(target)
+		}
+	}
+}
+
+// failed ends a relaying connection whose side (target or client)
+// reported an error, the peer's reset, that the pump did not come to:
+// it reads a side only while the other takes its bytes, so a client
+// that resets while its target is not reading would otherwise hold the
+// target until the idle timeout. HAProxy's streams end on such an error
+// too, whatever they were waiting for.
+func (c *evConn) failed(target bool) {
+	fd := c.cfd
+	if target {
+		fd = c.tfd
+	}
+	if e := soError(fd); e != 0 {
+		c.finish(e)
 	}
 }
 

@@ -1,0 +1,54 @@
+package relay
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+// TestResetWhileStalled: on the event engine, a client that resets while
+// its upload waits for a target that does not read ends the connection at
+// once, closing the target's socket, rather than at the idle timeout; so
+// does a target that resets while its client does not read. The pump
+// reads neither of them then, so only the reset's error event tells.
+func TestResetWhileStalled(t *testing.T) {
+	for _, side := range []string{"client", "target"} {
+		t.Run("reset="+side, func(t *testing.T) {
+			leakCheck(t)
+			stop := make(chan struct{})
+			b := startBackend(t, "tcp4", func(c net.Conn) {
+				if side == "target" {
+					fill(c)
+					c.(*net.TCPConn).SetLinger(0)
+					c.Close()
+				}
+				<-stop // never reads
+			})
+			t.Cleanup(func() { close(stop) }) // before the backend's cleanup
+			cfg := route0("127.0.0.1:0", b.addr, nil)
+			cfg.Engine = EngineEvent
+			s := startRelay(t, cfg)
+			c := dialRoute(t, s, "r")
+			defer c.Close()
+			if side == "client" {
+				fill(c)
+				c.(*net.TCPConn).SetLinger(0)
+				c.Close()
+			}
+			waitFor(t, func() bool { st := s.Stats().Routes[0]; return st.Relayed == 1 && st.CopyErrors == 1 })
+		})
+	}
+}
+
+// fill writes to c until its peer's and the relay's buffers are full and
+// a write blocks.
+func fill(c net.Conn) {
+	buf := make([]byte, 64<<10)
+	for {
+		c.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, err := c.Write(buf); err != nil {
+			c.SetWriteDeadline(time.Time{})
+			return
+		}
+	}
+}
