@@ -298,12 +298,13 @@ func ReadHeader(r io.Reader) (Header, error) {
 	}
 }
 
-// AppendV1 appends a v1 header for a stream from src to dst. If either
-// address is invalid or they differ in family, it appends
+// AppendV1 appends a v1 header for a stream from src to dst: TCP4 when
+// both are IPv4 (or IPv4-mapped IPv6), else TCP6, an IPv4 address then
+// written IPv4-mapped. If either address is invalid, it appends
 // "PROXY UNKNOWN\r\n".
 func AppendV1(b []byte, src, dst netip.AddrPort) []byte {
-	src, dst = unmap(src), unmap(dst)
-	if !src.IsValid() || !dst.IsValid() || src.Addr().Is4() != dst.Addr().Is4() {
+	src, dst = sameFamily(src, dst)
+	if !src.IsValid() || !dst.IsValid() {
 		return append(b, "PROXY UNKNOWN\r\n"...)
 	}
 	b = append(b, v1Prefix...)
@@ -323,14 +324,15 @@ func AppendV1(b []byte, src, dst netip.AddrPort) []byte {
 }
 
 // AppendV2 appends a v2 PROXY-command header for a connection of the given
-// transport from src to dst, with no TLVs. Invalid or mixed-family
-// addresses are sent as AF_UNSPEC.
+// transport from src to dst, with no TLVs: AF_INET when both are IPv4 (or
+// IPv4-mapped IPv6), else AF_INET6, an IPv4 address then IPv4-mapped.
+// Invalid addresses are sent as AF_UNSPEC.
 func AppendV2(b []byte, tr Transport, src, dst netip.AddrPort) []byte {
-	src, dst = unmap(src), unmap(dst)
+	src, dst = sameFamily(src, dst)
 	b = append(b, v2Sig[:]...)
 	b = append(b, 0x20|byte(Proxy))
 	switch {
-	case !src.IsValid() || !dst.IsValid() || src.Addr().Is4() != dst.Addr().Is4():
+	case !src.IsValid() || !dst.IsValid():
 		b = append(b, 0x00, 0, 0)
 	case src.Addr().Is4():
 		b = append(b, 0x10|byte(tr), 0, 12)
@@ -348,11 +350,19 @@ func AppendV2(b []byte, tr Transport, src, dst netip.AddrPort) []byte {
 	return b
 }
 
-// unmap turns IPv4-mapped IPv6 addresses (a dual-stack listener's view of
-// an IPv4 client) into plain IPv4 so both ends agree on the family.
-func unmap(ap netip.AddrPort) netip.AddrPort {
-	if !ap.IsValid() {
-		return ap
+// sameFamily gives src and dst one family, as a header holds them: IPv4
+// when both are IPv4 or IPv4-mapped IPv6 (a dual-stack listener's view of
+// an IPv4 client), else IPv6, mapping an IPv4 address into it, so that a
+// client is never lost for its family (an IPv4-mapped client of a native
+// IPv6 address, as a v1 TCP6 header may give them). Invalid addresses are
+// returned as they are.
+func sameFamily(src, dst netip.AddrPort) (netip.AddrPort, netip.AddrPort) {
+	if !src.IsValid() || !dst.IsValid() {
+		return src, dst
 	}
-	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	s, d := src.Addr().Unmap(), dst.Addr().Unmap()
+	if s.Is4() != d.Is4() {
+		s, d = netip.AddrFrom16(s.As16()), netip.AddrFrom16(d.As16())
+	}
+	return netip.AddrPortFrom(s, src.Port()), netip.AddrPortFrom(d, dst.Port())
 }

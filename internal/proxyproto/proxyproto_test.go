@@ -26,14 +26,26 @@ func read(b []byte) (Header, int, error) {
 }
 
 func TestRoundTrip(t *testing.T) {
+	mapped := func(ap netip.AddrPort) netip.AddrPort {
+		return netip.AddrPortFrom(netip.AddrFrom16(ap.Addr().As16()), ap.Port())
+	}
 	for _, tc := range []struct {
 		name     string
 		src, dst netip.AddrPort
+		// What the header carries: the family both share.
+		wantSrc, wantDst netip.AddrPort
 	}{
-		{"ipv4", src4, dst4},
-		{"ipv6", src6, dst6},
-		{"mapped", netip.AddrPortFrom(netip.AddrFrom16(src4.Addr().As16()), 1), dst4},
-		{"unknown", netip.AddrPort{}, dst4},
+		{"ipv4", src4, dst4, src4, dst4},
+		{"ipv6", src6, dst6, src6, dst6},
+		{"mapped", mapped(src4), dst4, src4, dst4},
+		{"both mapped", mapped(src4), mapped(dst4), src4, dst4},
+		// A client of one family reaching an address of the other
+		// (a v1 TCP6 header may give an IPv4-mapped source and a
+		// native IPv6 destination): IPv6, the IPv4 side mapped.
+		{"mapped to ipv6", mapped(src4), dst6, mapped(src4), dst6},
+		{"ipv4 to ipv6", src4, dst6, mapped(src4), dst6},
+		{"ipv6 to ipv4", src6, dst4, src6, mapped(dst4)},
+		{"unknown", netip.AddrPort{}, dst4, netip.AddrPort{}, netip.AddrPort{}},
 	} {
 		for _, v := range []int{1, 2} {
 			var b []byte
@@ -51,12 +63,8 @@ func TestRoundTrip(t *testing.T) {
 			if h.Version != v {
 				t.Errorf("%s: version %d, want %d", tc.name, h.Version, v)
 			}
-			want := unmap(tc.src)
-			if !tc.src.IsValid() {
-				want = netip.AddrPort{}
-			}
-			if h.Source != want {
-				t.Errorf("%s v%d: source %v, want %v", tc.name, v, h.Source, want)
+			if h.Source != tc.wantSrc || h.Destination != tc.wantDst {
+				t.Errorf("%s v%d: %v to %v, want %v to %v (%q)", tc.name, v, h.Source, h.Destination, tc.wantSrc, tc.wantDst, b)
 			}
 			rest, _ := io.ReadAll(r)
 			if string(rest) != payload {
@@ -181,7 +189,8 @@ func FuzzReadHeader(f *testing.F) {
 				re = AppendV2(nil, h.Transport, h.Source, h.Destination)
 			}
 			h3, _, err := read(re)
-			if err != nil || h3.Source != unmap(h.Source) || h3.Destination != unmap(h.Destination) {
+			src, dst := sameFamily(h.Source, h.Destination)
+			if err != nil || h3.Source != src || h3.Destination != dst {
 				t.Fatalf("re-encode %q: %+v %v", re, h3, err)
 			}
 		}
