@@ -17,6 +17,12 @@ import (
 // need it wait in state stResolve, under their dial timer.
 const resolvedTTL = 5 * time.Second
 
+// maxTargetAddrs bounds a loop's cache of resolved targets. Reloads that
+// change target addresses would otherwise grow it for good; past the
+// bound, the entries no lookup is pending for are dropped, and come back
+// at their next dial.
+const maxTargetAddrs = 1024
+
 type targetAddr struct {
 	sa      sockaddr
 	more    []sockaddr // a name's other addresses, tried in turn when a connect fails
@@ -47,6 +53,13 @@ func (l *loop) resolve(a Addr, c *evConn) (sa *sockaddr, err error, pending bool
 		return &r.sa, r.err, false
 	}
 	if r == nil {
+		if len(l.targets) >= maxTargetAddrs {
+			for k, v := range l.targets {
+				if !v.pending {
+					delete(l.targets, k)
+				}
+			}
+		}
 		r = &targetAddr{}
 		l.targets[a] = r
 	}

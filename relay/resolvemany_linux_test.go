@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
@@ -45,5 +46,23 @@ func testTargetNameFirstAddressHung(t *testing.T) {
 			t.Fatalf("client %d: %v", i, err)
 		}
 		c.Close()
+	}
+}
+
+// TestTargetAddrCacheBounded: a loop's cache of resolved targets stays
+// within maxTargetAddrs however many addresses its routes have had, as
+// reloads that change targets give them, and still answers for each.
+func TestTargetAddrCacheBounded(t *testing.T) {
+	l := &loop{}
+	c := &evConn{lp: l}
+	for i := range 3 * maxTargetAddrs {
+		a := Addr{Network: "tcp", Address: fmt.Sprintf("127.0.%d.%d:80", i/250, i%250+1)}
+		sa, err, pending := l.resolve(a, c)
+		if sa == nil || err != nil || pending {
+			t.Fatalf("%v: %v, %v, pending %v", a, sa, err, pending)
+		}
+		if n := len(l.targets); n > maxTargetAddrs {
+			t.Fatalf("after %d addresses the cache holds %d, over %d", i+1, n, maxTargetAddrs)
+		}
 	}
 }
