@@ -3,6 +3,8 @@ package relay
 import (
 	"net"
 	"time"
+
+	"github.com/zeroio/zeroio/internal/proxyproto"
 )
 
 // Passive health: what a client's dial tells of a target.
@@ -119,6 +121,10 @@ func (ts *targetSet) checkLoop(b *backend) {
 		default:
 		}
 		if err == nil {
+			if h := ts.checkHeader(); h != nil {
+				conn.SetWriteDeadline(time.Now().Add(timeout))
+				conn.Write(h)
+			}
 			conn.Close()
 			b.fall.Store(0)
 			if b.downUntil.Load() != 0 && b.rise.Add(1) >= rise {
@@ -140,4 +146,19 @@ func (ts *targetSet) checkLoop(b *backend) {
 		}
 		t.Reset(c.Interval)
 	}
+}
+
+// checkHeader is what a check writes before it closes, on a route that
+// sends the PROXY protocol: a target that requires the header would
+// otherwise log each check as a broken connection. It is a connection of
+// the relay's own (v2 LOCAL; v1 UNKNOWN), as HAProxy's checks of a
+// send-proxy server say; nil without SendProxy.
+func (ts *targetSet) checkHeader() []byte {
+	switch ts.proxy {
+	case 1:
+		return []byte("PROXY UNKNOWN\r\n")
+	case 2:
+		return proxyproto.AppendV2Local(nil)
+	}
+	return nil
 }

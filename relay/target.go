@@ -155,6 +155,7 @@ type targetSet struct {
 	next    atomic.Uint64 // round-robin cursor
 	check   HealthCheck   // Interval 0: passive only
 	dialTO  time.Duration
+	proxy   int // the route's SendProxy: checks send a header too
 
 	// ctx ends when the set is replaced or its route ends: it stops the
 	// active checks.
@@ -165,7 +166,7 @@ type targetSet struct {
 // newTargetSet builds r's target set, taking the backends of old (may be
 // nil) whose address r still has.
 func newTargetSet(rt *route, r *Route, old *targetSet) *targetSet {
-	ts := &targetSet{policy: r.Balance, check: r.HealthCheck, dialTO: r.DialTimeout}
+	ts := &targetSet{policy: r.Balance, check: r.HealthCheck, dialTO: r.DialTimeout, proxy: r.SendProxy}
 	ts.ctx, ts.cancel = context.WithCancel(context.Background())
 	if ts.policy == "" {
 		ts.policy = RoundRobin

@@ -2,6 +2,8 @@ package relay
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -10,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/zeroio/zeroio/internal/proxyproto"
 )
 
 // deadAddr returns a loopback TCP address nobody listens on: a dial gets
@@ -588,5 +592,42 @@ func testConnLogClientReset(t *testing.T) {
 	waitFor(t, func() bool { return s.Stats().Routes[0].Active == 0 })
 	if n := s.Stats().Routes[0].CopyErrors; n != 1 {
 		t.Errorf("%d copy errors, want 1", n)
+	}
+}
+
+// TestHealthCheckSendsProxy: on a route that sends the PROXY protocol,
+// each check writes a header too, one that names no client (v1 UNKNOWN,
+// v2 LOCAL), so that a target requiring the header accepts the check.
+func TestHealthCheckSendsProxy(t *testing.T) {
+	for _, v := range []int{1, 2} {
+		t.Run(fmt.Sprintf("v%d", v), func(t *testing.T) {
+			leakCheck(t)
+			got := make(chan []byte, 16)
+			b := startBackend(t, "tcp4", func(c net.Conn) {
+				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				all, _ := io.ReadAll(c)
+				select {
+				case got <- all:
+				default:
+				}
+			})
+			startRelay(t, targetsRoute(func(r *Route) {
+				r.SendProxy = v
+				r.HealthCheck = HealthCheck{Interval: time.Hour}
+			}, b.addr))
+			var all []byte
+			select {
+			case all = <-got:
+			case <-time.After(5 * time.Second):
+				t.Fatal("no check reached the target")
+			}
+			h, n, err := proxyproto.Parse(all)
+			if err != nil || n != len(all) || h.Version != v || h.Source.IsValid() {
+				t.Fatalf("check sent %q: %+v, %v; want a v%d header naming no client, alone", all, h, err, v)
+			}
+			if v == 2 && h.Command != proxyproto.Local {
+				t.Fatalf("check sent command %v, want LOCAL", h.Command)
+			}
+		})
 	}
 }

@@ -350,6 +350,14 @@ func AppendV2(b []byte, tr Transport, src, dst netip.AddrPort) []byte {
 	return b
 }
 
+// AppendV2Local appends a v2 LOCAL-command header, for a connection the
+// proxy makes itself, such as a health check: the receiver keeps the
+// connection's own addresses (spec section 2.2).
+func AppendV2Local(b []byte) []byte {
+	b = append(b, v2Sig[:]...)
+	return append(b, 0x20|byte(Local), 0x00, 0, 0)
+}
+
 // sameFamily gives src and dst one family, as a header holds them: IPv4
 // when both are IPv4 or IPv4-mapped IPv6 (a dual-stack listener's view of
 // an IPv4 client), else IPv6, mapping an IPv4 address into it, so that a

@@ -78,6 +78,14 @@ func TestRoundTrip(t *testing.T) {
 	}
 }
 
+func TestV2Local(t *testing.T) {
+	b := AppendV2Local(nil)
+	h, n, err := Parse(append(b, "after"...))
+	if err != nil || n != len(b) || h.Version != 2 || h.Command != Local || h.Source.IsValid() || h.Destination.IsValid() {
+		t.Fatalf("%q: %+v, %d, %v; want a LOCAL header of %d bytes", b, h, n, err, len(b))
+	}
+}
+
 func TestV1Exact(t *testing.T) {
 	got := string(AppendV1(nil, src4, dst4))
 	if want := "PROXY TCP4 192.0.2.1 198.51.100.7 56324 443\r\n"; got != want {
