@@ -174,31 +174,35 @@ func (j *job) stat(fd uintptr) {
 	if unix.Fstat(int(fd), &j.st) != nil {
 		return
 	}
-	switch j.st.Mode & unix.S_IFMT {
-	case unix.S_IFREG:
+	mode := j.st.Mode & unix.S_IFMT
+	if mode == unix.S_IFREG {
 		j.k = kFile
+		return
+	}
+	// A blocking descriptor is not in the netpoller: splice with
+	// SPLICE_F_NONBLOCK would return EAGAIN with nothing to wait on (a
+	// Unix socket, a pipe), and without it would block a thread. Read
+	// and Write it. That holds for sockets too: an *os.File may wrap a
+	// blocking one (stdin under inetd or socat's EXEC).
+	if fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0); err != nil || fl&unix.O_NONBLOCK == 0 {
+		return
+	}
+	switch mode {
 	case unix.S_IFSOCK:
 		if t, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_TYPE); err == nil && t == unix.SOCK_STREAM {
 			j.k = kSock
 		}
-	case unix.S_IFIFO, unix.S_IFCHR:
-		// A blocking descriptor is not in the netpoller: splice with
-		// SPLICE_F_NONBLOCK would return EAGAIN with nothing to wait on,
-		// and without it would block a thread. Read and Write it.
-		if fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0); err == nil && fl&unix.O_NONBLOCK != 0 {
-			if j.st.Mode&unix.S_IFMT == unix.S_IFIFO {
-				j.k = kPipe
-			} else {
-				j.k = kOther
-			}
-		}
+	case unix.S_IFIFO:
+		j.k = kPipe
+	case unix.S_IFCHR:
+		j.k = kOther
 	}
 }
 
 // probeDst classifies an unclassified dst, from inside pump (fd is dst's),
 // after dst returned an error or EAGAIN instead of taking bytes. It
 // reports whether the splice may go on: not into what kindOf would have
-// sent to the buffered path, a blocking pipe or device (which the
+// sent to the buffered path, a blocking pipe, socket or device (which the
 // netpoller cannot wait for: its RawConn fails the wait) or a datagram
 // socket. The bytes in the pipe are then written with Write (rescue).
 func (j *job) probeDst(fd uintptr) bool {

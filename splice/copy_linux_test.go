@@ -409,6 +409,35 @@ func TestNotSpliceable(t *testing.T) {
 			t.Fatal("content differs")
 		}
 	})
+	// A blocking stream socket in an *os.File (stdin under inetd, systemd
+	// socket activation with Accept=yes, or socat's EXEC) is not in the
+	// netpoller either: splice(2) from it may answer EAGAIN, which nothing
+	// can wait for. It is read with Read, as a blocking pipe is.
+	t.Run("blocking-socket-src", func(t *testing.T) {
+		for _, lim := range []int64{0, 10_000, 1 << 20} {
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Skip(err)
+			}
+			r, w := os.NewFile(uintptr(fds[0]), "r"), os.NewFile(uintptr(fds[1]), "w")
+			data := payload(2<<20, 12)
+			done := feed(w, data)
+			dst := ends[0].dst(t) // tcp
+			want := int64(len(data))
+			if lim != 0 {
+				want = lim
+			}
+			n, err := (&Copier{Limit: lim}).Copy(dst.dst, r)
+			r.Close()
+			done()
+			if n != want || err != nil {
+				t.Fatalf("limit %d: Copy = %d, %v; want %d, nil", lim, n, err, want)
+			}
+			if got := dst.result(); !bytes.Equal(got, data[:want]) {
+				t.Fatalf("limit %d: dst got %d bytes, differs", lim, len(got))
+			}
+		}
+	})
 	// An *os.File dst is spliced into before it is classified (choose):
 	// a blocking pipe fills and answers EAGAIN, which the netpoller
 	// cannot wait for, so the bytes in the copy's pipe go on by Write.

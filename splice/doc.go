@@ -68,7 +68,7 @@
 //
 // An *os.File dst after a socket or a pipe is not classified first: the
 // copy splices into it, as (*os.File).ReadFrom does, and classifies it
-// with fstat(2) only if it refuses bytes. A blocking pipe or device
+// with fstat(2) only if it refuses bytes. A blocking pipe, socket or device
 // (which the netpoller cannot wait for) or a datagram socket then gets
 // the bytes already in the pipe by Write, and the rest on the buffered
 // path; [Stats].Rescued and Fallbacks count it.
