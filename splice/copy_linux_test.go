@@ -817,6 +817,39 @@ func TestProgressMayClose(t *testing.T) {
 	}
 }
 
+// TestProgressPanic: a Progress that panics, recovered by the caller (as
+// net/http recovers a handler), leaves no pipe or buffer counted as in use,
+// on any path.
+func TestProgressPanic(t *testing.T) {
+	for _, pair := range [][2]int{{1, 0}, {0, 0}, {3, 0}, {2, 3}} { // unix-tcp, tcp-tcp, file-tcp, pipe-file
+		se, de := ends[pair[0]], ends[pair[1]]
+		for _, lim := range []int64{0, 10_000} {
+			t.Run(se.name+"-to-"+de.name+"/limit="+itoa(int(lim)), func(t *testing.T) {
+				src := se.src(t, payload(1<<20, 19))
+				dst := de.dst(t)
+				before := ReadStats()
+				func() {
+					defer func() {
+						if recover() == nil {
+							t.Error("Progress did not panic")
+						}
+					}()
+					c := Copier{Limit: lim, Progress: func(int64) { panic("progress") }}
+					c.Copy(dst.dst, src.src)
+				}()
+				after := ReadStats()
+				if after.PipesInUse != before.PipesInUse || after.BuffersInUse != before.BuffersInUse {
+					t.Fatalf("in use after a panic: pipes %d, buffers %d",
+						after.PipesInUse-before.PipesInUse, after.BuffersInUse-before.BuffersInUse)
+				}
+				if c, ok := src.src.(io.Closer); ok {
+					c.Close()
+				}
+			})
+		}
+	}
+}
+
 // TestInteractive relays like a proxy (tcp to tcp, no limit): short
 // messages go by read(2) and write(2) without a pipe, a bulk burst goes by
 // splice, and short messages after it by read and write again.

@@ -24,6 +24,15 @@ func (j *job) copyBuffer() error {
 // netpoller, and dst.Write. The buffer is taken when src has bytes and
 // given back before waiting, so an idle copy holds none.
 func (j *job) readBuffered() error {
+	// Give the buffer back even if Progress panics and the caller
+	// recovers, as splice gives back its pipe: otherwise BuffersInUse
+	// would count it for good.
+	defer func() {
+		if j.buf != nil {
+			putBuf(j.buf)
+			j.buf = nil
+		}
+	}()
 	for j.remain > 0 {
 		j.n, j.errno = 0, nil
 		if err := rawRead(j.src, j.readFn); err != nil {
