@@ -3,6 +3,7 @@ package splice
 import (
 	"io"
 	"math"
+	"net"
 	"os"
 )
 
@@ -101,6 +102,25 @@ func nilFile(v any) bool {
 	return ok && f == nil
 }
 
+// nilConn reports whether w, an answer of UnwrapConn, is nil or a nil
+// pointer of a type the copy would use directly. Returning a field that
+// is a nil *net.TCPConn from a method whose result is any gives a non-nil
+// interface (go.dev/doc/faq#nil_error), and that conn's SyscallConn
+// panics; it is taken as the refusal it was meant to be.
+func nilConn(w any) bool {
+	switch c := w.(type) {
+	case nil:
+		return true
+	case *net.TCPConn:
+		return c == nil
+	case *net.UnixConn:
+		return c == nil
+	case *os.File:
+		return c == nil
+	}
+	return false
+}
+
 // maxUnwrap bounds how many [Unwrapper] layers are peeled off one end, so
 // a wrapper that returns itself cannot loop forever.
 const maxUnwrap = 8
@@ -114,7 +134,8 @@ const maxUnwrap = 8
 // another Unwrapper, or any other value that implements syscall.Conn and
 // whose descriptor carries exactly the wrapper's bytes. It returns nil when
 // that is not true right now, for example while the wrapper still holds
-// buffered bytes that have not been read from it. Types that transform
+// buffered bytes that have not been read from it; a nil *net.TCPConn,
+// *net.UnixConn or *os.File counts as nil. Types that transform
 // their bytes (TLS, compression) must not implement it; a copy never looks
 // inside a type that does not.
 type Unwrapper interface {
@@ -132,7 +153,7 @@ func unwrap(v any) (any, bool) {
 			return v, peeled
 		}
 		w := u.UnwrapConn()
-		if w == nil {
+		if nilConn(w) {
 			return orig, false
 		}
 		v, peeled = w, true

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -224,6 +225,47 @@ func TestDeepUnwrapperChain(t *testing.T) {
 		}
 		return src
 	})
+}
+
+// pendingConn is a wrapper whose connection is not there yet: UnwrapConn
+// returns its nil field, a typed nil in an interface, not a nil one.
+type pendingConn struct {
+	io.Reader
+	io.Writer
+	tcp  *net.TCPConn
+	unix *net.UnixConn
+	file *os.File
+	kind int
+}
+
+func (c *pendingConn) UnwrapConn() any {
+	switch c.kind {
+	case 0:
+		return c.tcp
+	case 1:
+		return c.unix
+	}
+	return c.file
+}
+
+// A typed nil from UnwrapConn is a refusal, as nil is: the copy goes
+// through the wrapper's own Read and Write, as io.Copy would, instead of
+// calling a method on a nil conn.
+func TestUnwrapperTypedNil(t *testing.T) {
+	for kind, name := range []string{"tcp", "unix", "file"} {
+		t.Run(name, func(t *testing.T) {
+			var got bytes.Buffer
+			src := &pendingConn{Reader: strings.NewReader("hello"), kind: kind}
+			if n, err := Copy(&got, src); err != nil || n != 5 || got.String() != "hello" {
+				t.Fatalf("from it: Copy = %d, %v, %q", n, err, got.String())
+			}
+			got.Reset()
+			dst := &pendingConn{Writer: &got, kind: kind}
+			if n, err := Copy(dst, tempFile(t, []byte("world"))); err != nil || n != 5 || got.String() != "world" {
+				t.Fatalf("into it: Copy = %d, %v, %q", n, err, got.String())
+			}
+		})
+	}
 }
 
 // Into a file not open for writing, a copy fails before it takes a byte
