@@ -55,6 +55,9 @@ type SizedOptions struct {
 //     counted in Stats.Rejected, never pooled.
 //   - Put of a buffer above the maximum is dropped for the garbage
 //     collector (Stats.Dropped): one huge request never pins memory.
+//     Such a buffer carries no marker, so a double Put of it is not
+//     detected: it counts two drops, and Stats.Outstanding goes one below
+//     the truth.
 //   - Put of a buffer that is already in the pool (a double Put) is
 //     detected by a keyed marker the pool writes into idle buffers, and
 //     rejected. The check is a plain load and store, not an atomic

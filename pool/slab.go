@@ -63,7 +63,9 @@ type SlabOptions struct {
 // # Misuse contract
 //
 // Put finds the slot from the buffer's address, so it works on any reslice
-// that keeps the start (b[:0], b[:n]). It returns an error, counts it in
+// that keeps the start and some capacity (b[:0], b[:n]); b[:0:0] is
+// refused as [ErrForeign], since it cannot be told from the end of the
+// slot before (b[size:]). It returns an error, counts it in
 // Stats.Rejected and leaves the slab unchanged for:
 //   - a buffer that starts inside the slab but not at a slot boundary
 //     (resliced from the middle), or is longer than a slot: [ErrForeign];

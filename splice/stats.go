@@ -11,9 +11,11 @@ import (
 // [ReadStats]; the counters only grow, except the gauges PipesInUse and
 // BuffersInUse.
 //
-// Each call to Copy, CopyN or Copier.Copy counts once, under the path that
-// moved its last bytes (the first path tried if it moved none); bytes count
-// under the path that moved them.
+// Each call to Copy, CopyN or Copier.Copy that starts a copy counts once,
+// under the path that moved its last bytes (the first path tried if it
+// moved none); bytes count under the path that moved them. Calls that
+// return before choosing a path (a limit of zero or less, a nil end) and
+// a copy whose Progress callback panics are not counted.
 type Stats struct {
 	SpliceCopies        uint64 // copies through a pipe with splice(2)
 	SendfileCopies      uint64 // copies from a regular file with sendfile(2)
