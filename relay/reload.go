@@ -228,7 +228,7 @@ func (p *plan) commit(cfg Config) []handoff {
 	}
 	for name, old := range s.routes {
 		if old.udp != nil && routes[name] != old {
-			old.handOver(p.heir(old, routes[name]))
+			old.handOver(p.heir(old))
 		}
 	}
 	for name, rt := range s.routes {

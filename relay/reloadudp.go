@@ -188,14 +188,13 @@ func samePort(u, v *udpRoute) bool {
 }
 
 // heir returns the route that takes over the address of old, a running
-// UDP route this reload replaces or removes: next, the route of old's
-// name after the reload, if it is a UDP route; else a new UDP route of
-// another name whose sockets share old's address, or failing that its
-// port (they joined old's sockets there, see openUDP); else nil.
-func (p *plan) heir(old, next *route) *route {
-	if next != nil && next.udp != nil {
-		return next
-	}
+// UDP route this reload replaces or removes: the new UDP route whose
+// sockets share old's address, or failing that its port (they joined
+// old's sockets there, see openUDP), whatever its name; else nil. A
+// route of old's name that moved to another port takes nothing over:
+// the route that took old's address, if any, is the one whose sockets
+// share old's group.
+func (p *plan) heir(old *route) *route {
 	var port *route
 	for _, rt := range p.udpNew {
 		switch {
@@ -208,9 +207,9 @@ func (p *plan) heir(old, next *route) *route {
 	return port
 }
 
-// handOver stops rt, a UDP route that a reload replaced by next (nil if
-// removed and no route takes its address over, see heir) or moved, once
-// next's sockets are read. If next's sockets
+// handOver stops rt, a UDP route that a reload replaced, moved or
+// removed, once next's sockets are read: next is the route that takes
+// rt's address over (nil if none does, see heir). If next's sockets
 // joined rt's SO_REUSEPORT group (the same address), the kernel is told
 // to give new datagrams to them only before rt's sockets stop, so that
 // none reaches a socket on its way out; what rt's sockets hold is relayed

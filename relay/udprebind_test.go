@@ -234,6 +234,102 @@ func freeUDPPort(t *testing.T) *net.UDPAddr {
 	return c.LocalAddr().(*net.UDPAddr)
 }
 
+// TestUDPMoveLeavesAddressToAnother: a reload in which a UDP route moves
+// to another port while a route of another name takes its address over
+// loses no datagram sent to the address. The new route's sockets join
+// the old ones' SO_REUSEPORT group, so the old ones must be steered off
+// before they stop, as when a route of the same name takes the address.
+func TestUDPMoveLeavesAddressToAnother(t *testing.T) {
+	if err := reusePortSupported(); err != nil {
+		t.Skip(err)
+	}
+	leakCheck(t)
+	target := newSeqTarget(t)
+	ra, elsewhere := freeUDPPort(t), freeUDPPort(t)
+	cfg := func(moved bool) Config {
+		u := udpRoute0(ra.String(), target.c.LocalAddr(), func(r *Route) { r.UDPBuffer = 4 << 20 }).Routes[0]
+		if !moved {
+			return Config{Routes: []Route{u}}
+		}
+		w := u
+		w.Name = "w"
+		u.Listen.Address = elsewhere.String()
+		return Config{Routes: []Route{u, w}}
+	}
+	s := startRelay(t, cfg(false))
+	const (
+		clients = 4
+		window  = 32      // datagrams a client has in flight at most
+		most    = 100_000 // per client: the loop's bound
+	)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	sent := make([][]uint64, clients)
+	errs := make(chan error, clients)
+	for ci := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.DialUDP("udp4", nil, ra)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			c.SetReadBuffer(4 << 20)
+			buf := make([]byte, 64)
+			got := 0
+			deadline := time.Now().Add(60 * time.Second) // hang guard
+			for i := range most {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if time.Now().After(deadline) {
+					return
+				}
+				for len(sent[ci])-got >= window {
+					// Echoes in flight when a session ends are
+					// lost: a short wait, and the loop goes on.
+					c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+					c.Read(buf)
+					got++
+				}
+				q := uint64(ci)<<32 | uint64(i)
+				var b [8]byte
+				binary.BigEndian.PutUint64(b[:], q)
+				if _, err := c.Write(b[:]); err != nil {
+					errs <- fmt.Errorf("client %d, datagram %d: %v", ci, i, err)
+					return
+				}
+				sent[ci] = append(sent[ci], q)
+			}
+		}()
+	}
+	for i := range 20 {
+		time.Sleep(20 * time.Millisecond) // let datagrams flow between reloads
+		if err := s.Update(cfg(i%2 == 0)); err != nil {
+			t.Fatalf("reload %d: %v", i, err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// What the relay read has reached the target by the time the last
+	// reload returned; the clients' last datagrams may still be on
+	// their way.
+	time.Sleep(100 * time.Millisecond)
+	for ci := range clients {
+		if m := target.missing(sent[ci]); len(m) > 0 {
+			t.Errorf("client %d: %d of %d datagrams never reached the target (first %#x)", ci, len(m), len(sent[ci]), m[0])
+		}
+	}
+}
+
 // TestUDPReloadAllOrNothing: a reload with a UDP route that cannot bind
 // (its port taken by another program) is refused whole; the running
 // routes keep their sockets, sessions and settings.
