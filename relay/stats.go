@@ -61,7 +61,7 @@ type TargetStats struct {
 	Addr   string
 	Weight int
 	Up     bool  // not marked down by a failed dial or health checks
-	Active int64 // connections relayed to it now
+	Active int64 // connections (UDP sessions) relayed to it now
 
 	Connections, DialErrors uint64
 	BytesUp, BytesDown      uint64

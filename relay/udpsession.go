@@ -110,6 +110,9 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 		}
 		return other
 	}
+	// A session is its target's connection: least-conn balances over
+	// sessions, and the target's counters show them.
+	b.connStart()
 	st.udpSessions.Add(1)
 	st.udpSessionsTotal.Add(1)
 	u.rt.srv.log.Debug("UDP session", "route", u.rt.name, "client", m.Addr)
@@ -180,6 +183,7 @@ func (s *session) run(timeout time.Duration) {
 		}
 		u.mu.Unlock()
 		s.up.Close()
+		s.b.connEnd(0, 0) // a UDP route counts datagrams, not bytes
 		st.udpSessions.Add(-1)
 		u.rt.srv.serveWG.Done()
 	}()

@@ -3,6 +3,7 @@ package relay
 import (
 	"net"
 	"testing"
+	"time"
 )
 
 // TestUDPTargetsPinned: each UDP session stays on the target it was given
@@ -68,5 +69,41 @@ func TestUDPTargetRefusedFailover(t *testing.T) {
 	// timing, the refusal it was marked down for is not.
 	if st := s.Stats().Routes[0].Targets[0]; st.DialErrors == 0 {
 		t.Fatalf("refusing target: %+v, want a refusal counted", st)
+	}
+}
+
+// TestUDPLeastConnCountsSessions: a UDP session is its target's
+// connection, so least-conn spreads sessions by weight, and the targets'
+// counters show them while they last.
+func TestUDPLeastConnCountsSessions(t *testing.T) {
+	leakCheck(t)
+	a, b := udpTagServer(t, "A"), udpTagServer(t, "B")
+	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"}, Balance: LeastConn,
+		SessionTimeout: 500 * time.Millisecond,
+		Targets:        []Target{{Addr{"udp", a.LocalAddr().String()}, 1}, {Addr{"udp", b.LocalAddr().String()}, 3}}}}})
+	ra := s.Addrs("u")[0].(*net.UDPAddr)
+	seen := map[string]int{}
+	for range 8 {
+		seen[askUDP(dialUDP(t, ra))]++
+	}
+	if seen["A"] != 2 || seen["B"] != 6 {
+		t.Fatalf("sessions per target %v, want A 2 and B 6 (weights 1 and 3)", seen)
+	}
+	ts := s.Stats().Routes[0].Targets
+	for i, want := range []int64{2, 6} {
+		if ts[i].Active != want || ts[i].Connections != uint64(want) {
+			t.Errorf("target %s: %d active, %d in all; want %d", ts[i].Addr, ts[i].Active, ts[i].Connections, want)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ts := s.Stats().Routes[0].Targets
+		if ts[0].Active == 0 && ts[1].Active == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sessions expired, targets still count them: %+v", ts)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
