@@ -469,3 +469,39 @@ func TestGROReadForeignSenders(t *testing.T) {
 		})
 	}
 }
+
+// TestReadAfterCloseWithPending closes a Conn whose last read left part
+// of a coalesced buffer pending: every read after Close fails with
+// net.ErrClosed, as it does on a *net.UDPConn, rather than return the
+// datagrams that were left.
+func TestReadAfterCloseWithPending(t *testing.T) {
+	a, b := pair(t, "udp4", "127.0.0.1", &Options{ReadBuffer: bigBuf, WriteBuffer: bigBuf})
+	needGSO(t, a)
+	needGRO(t, b)
+	out := makeMsgs(10, 100)
+	for i := range out {
+		out[i].Addr = addrOf(b)
+	}
+	if n, err := a.WriteBatch(out); n != len(out) || err != nil {
+		t.Fatalf("WriteBatch = %d, %v", n, err)
+	}
+	in := makeMsgs(1, 1500)
+	readN(t, b, in, 1, 1)
+	b.readMu.Lock()
+	pending := len(b.sys.pending)
+	b.readMu.Unlock()
+	if pending == 0 {
+		t.Skip("the datagrams did not arrive coalesced: nothing pending")
+	}
+	b.Close()
+	if n, err := b.ReadBatch(in); n != 0 || !errors.Is(err, net.ErrClosed) {
+		t.Errorf("ReadBatch after Close = %d, %v; want 0, net.ErrClosed", n, err)
+	}
+	if n, err := b.ReadQueued(in); n != 0 || !errors.Is(err, net.ErrClosed) {
+		t.Errorf("ReadQueued after Close = %d, %v; want 0, net.ErrClosed", n, err)
+	}
+	var buf [1500]byte
+	if n, _, err := b.ReadFrom(buf[:]); n != 0 || !errors.Is(err, net.ErrClosed) {
+		t.Errorf("ReadFrom after Close = %d, %v; want 0, net.ErrClosed", n, err)
+	}
+}

@@ -196,6 +196,11 @@ func (c *Conn) readBatch(msgs []Message) (int, error) {
 		c.startGRO()
 	}
 	if len(c.sys.pending) > 0 {
+		// What a read left pending is the socket's: once it is closed,
+		// reads fail with net.ErrClosed, as package net's do.
+		if err := c.rc.Control(func(uintptr) {}); err != nil {
+			return 0, c.opError("recvmmsg", err)
+		}
 		return c.readPending(msgs), nil
 	}
 	if c.groOn.Load() {
