@@ -282,6 +282,9 @@ func addrPort(a net.Addr) netip.AddrPort {
 	case *net.TCPAddr:
 		ap := a.AddrPort()
 		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	case *net.UDPAddr:
+		ap := a.AddrPort()
+		return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 	}
 	return netip.AddrPort{}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+
+	"github.com/zeroio/zeroio/udp"
 )
 
 // A route whose target is a listen address of the relay itself would
@@ -12,7 +14,9 @@ import (
 // descriptor is used. Config refuses the targets it can see are such
 // (checkLoops); a dial that still reaches one of the relay's own
 // listeners (another name for this host, an address of another
-// interface) is caught when it connects (dialsSelf) and closed.
+// interface) is caught when it connects (dialsSelf) and closed; a UDP
+// session's socket that would send to one of the relay's own UDP sockets
+// is caught when it opens (sendsToSelf).
 
 // checkLoops returns an error for each target of routes that is a listen
 // address of one of routes.
@@ -67,10 +71,29 @@ func (s *Server) dialsSelf(c net.Conn) bool {
 	return false
 }
 
+// sendsToSelf reports whether up, a UDP session's socket connected to
+// its target, sends to one of the relay's own UDP listening sockets, as
+// dialsSelf does for streams: a datagram sent there would come back as a
+// new client's, opening a session whose datagrams come back again, until
+// the route has no session left.
+func (s *Server) sendsToSelf(up *udp.Conn) bool {
+	local, remote := up.AddrPort(), addrPort(up.RemoteAddr())
+	if !remote.IsValid() || local.Addr() != remote.Addr() {
+		return false
+	}
+	for _, l := range *s.udpPorts.Load() {
+		if l.Port() == remote.Port() && (l.Addr().IsUnspecified() || l.Addr() == remote.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
 // updatePorts records the addresses of every route's stream listeners,
-// for dialsSelf. s.mu is held.
+// for dialsSelf, and of its UDP listening sockets, for sendsToSelf. s.mu
+// is held.
 func (s *Server) updatePorts() {
-	var ports []netip.AddrPort
+	var ports, udpPorts []netip.AddrPort
 	for _, f := range s.fronts {
 		for _, ln := range f.lns {
 			if ap := addrPort(ln.Addr()); ap.IsValid() {
@@ -78,7 +101,16 @@ func (s *Server) updatePorts() {
 			}
 		}
 	}
+	for _, rt := range s.routes {
+		if rt.udp == nil {
+			continue
+		}
+		for _, ln := range rt.udp.lns {
+			udpPorts = append(udpPorts, ln.AddrPort())
+		}
+	}
 	s.ports.Store(&ports)
+	s.udpPorts.Store(&udpPorts)
 }
 
 // errLoop is a dial's error when it reached the relay's own listener.

@@ -23,6 +23,7 @@ type Server struct {
 	fdBudget atomic.Int64  // the most stream relays the descriptor limit allows; 0 none known
 	gate     gate
 	ports    atomic.Pointer[[]netip.AddrPort] // stream listeners, for dialsSelf
+	udpPorts atomic.Pointer[[]netip.AddrPort] // UDP listening sockets, for sendsToSelf
 	maxConns atomic.Int64
 	active   atomic.Int64 // stream relays in progress, all routes
 	parked   atomic.Int64 // clients waiting in an event loop for a server slot (evConn.park)
@@ -51,6 +52,7 @@ func New(cfg Config) (*Server, error) {
 	s.setConnLog(cfg)
 	s.eng = newEngine(s, cfg.Engine)
 	s.ports.Store(new([]netip.AddrPort))
+	s.udpPorts.Store(new([]netip.AddrPort))
 	s.gate.wake = make(chan struct{})
 	s.setBudget(cfg)
 	s.maxConns.Store(int64(cfg.MaxConns))

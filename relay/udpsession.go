@@ -71,26 +71,36 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 	// The session's target, for as long as it lives: a client's flow
 	// stays on one target.
 	// A target without an address (its name does not resolve, or a
-	// reload just dropped it) gives way to the next.
+	// reload just dropped it) gives way to the next, and so does one
+	// that is the relay itself under another name: it is marked down
+	// and never taken as a last resort, as a stream's dial to it is.
 	var tried triedSet
 	var b *backend
-	var tg *udpTarget
-	for tg == nil {
-		if b = u.rt.targets().pick(m.Addr.Addr(), &tried); b == nil {
-			break
+	var up *udp.Conn
+	var rc syscall.RawConn
+	for up == nil {
+		var tg *udpTarget
+		for tg == nil {
+			if b = u.rt.targets().pick(m.Addr.Addr(), &tried); b == nil {
+				st.udpDropWrite.Add(n)
+				return nil
+			}
+			tg = u.targetFor(b, now)
 		}
-		tg = u.targetFor(b, now)
-	}
-	if tg == nil {
-		st.udpDropWrite.Add(n)
-		return nil
-	}
-	up, rc, err := openUpstream(tg, r.UDPBuffer)
-	if err != nil {
-		st.udpDropWrite.Add(n)
-		st.errDial.Add(1)
-		u.rt.srv.log.Warn("UDP upstream socket failed", "route", u.rt.name, "client", m.Addr, "err", err)
-		return nil
+		var err error
+		up, rc, err = openUpstream(tg, r.UDPBuffer)
+		if err != nil {
+			st.udpDropWrite.Add(n)
+			st.errDial.Add(1)
+			u.rt.srv.log.Warn("UDP upstream socket failed", "route", u.rt.name, "client", m.Addr, "err", err)
+			return nil
+		}
+		if u.rt.srv.sendsToSelf(up) {
+			up.Close()
+			up = nil
+			b.loops.Store(true)
+			b.dialFailed(errLoop)
+		}
 	}
 	// Looked up again: with several workers another reader may have taken
 	// the last slot, or opened this very session, while we dialled.

@@ -1,7 +1,10 @@
 package relay
 
 import (
+	"context"
 	"net"
+	"net/netip"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -105,5 +108,56 @@ func TestUDPLeastConnCountsSessions(t *testing.T) {
 			t.Fatalf("sessions expired, targets still count them: %+v", ts)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestUDPTargetThatIsTheRelay: a target whose name resolves to the
+// route's own listen address is caught when a session's socket opens to
+// it: it is marked down and the client goes to another target. Sending
+// there would bring each datagram back as a new client's, opening
+// sessions until the route had none left.
+func TestUDPTargetThatIsTheRelay(t *testing.T) {
+	leakCheck(t)
+	e := udpTagServer(t, "E")
+	ra := freeUDPPort(t)
+	oldLookup := lookupNetIP
+	lookupNetIP = func(ctx context.Context, network, host string) ([]netip.Addr, error) {
+		if host == "self.test" {
+			return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+		}
+		return oldLookup(ctx, network, host)
+	}
+	t.Cleanup(func() { lookupNetIP = oldLookup })
+	// Route u has another target; route v only itself.
+	rv := freeUDPPort(t)
+	self := net.JoinHostPort("self.test", strconv.Itoa(ra.Port))
+	s := startRelay(t, Config{Routes: []Route{
+		{Name: "u", Listen: Addr{"udp", ra.String()}, MaxSessions: 50,
+			Targets: []Target{{Addr{"udp", self}, 1}, {Addr{"udp", e.LocalAddr().String()}, 1}}},
+		{Name: "v", Listen: Addr{"udp", rv.String()}, MaxSessions: 50,
+			Target: Addr{"udp", net.JoinHostPort("self.test", strconv.Itoa(rv.Port))}},
+	}})
+	const clients = 4
+	for i := range clients {
+		if got := askUDP(dialUDP(t, ra)); got != "E" {
+			t.Fatalf("client %d answered by %q, want E", i, got)
+		}
+	}
+	st := s.Stats().Routes[0]
+	if st.SessionsTotal != clients {
+		t.Errorf("%d sessions opened for %d clients", st.SessionsTotal, clients)
+	}
+	if tg := st.Targets[0]; tg.Up || tg.DialErrors == 0 {
+		t.Errorf("target %s, the relay itself: %+v; want it down, with the loop counted", self, tg)
+	}
+	if _, err := dialUDP(t, rv).Write([]byte("loop?")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for st = s.Stats().Routes[1]; st.DropsWriteError == 0 && time.Now().Before(deadline); st = s.Stats().Routes[1] {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if st.DropsWriteError != 1 || st.SessionsTotal != 0 {
+		t.Errorf("route v, whose only target is itself: %d sessions opened, %d datagrams dropped; want none opened, 1 dropped", st.SessionsTotal, st.DropsWriteError)
 	}
 }
