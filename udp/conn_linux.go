@@ -3,6 +3,8 @@ package udp
 // The Linux Conn: its state and the socket options it sets up.
 
 import (
+	"math"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -34,8 +36,11 @@ func (c *Conn) setup() error {
 
 // setBuffer sets a socket buffer's size with the FORCE option, which a
 // privileged process may use past net.core.rmem_max and wmem_max, and
-// falls back to the plain one, which the kernel caps there.
+// falls back to the plain one, which the kernel caps there. A size past
+// what the option's C int holds asks for the largest buffer: cut to 32
+// bits it would be some other size, the smallest for 2 to 4 GiB.
 func setBuffer(fd, force, plain, n int) error {
+	n = min(n, math.MaxInt32)
 	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, force, n) == nil {
 		return nil
 	}

@@ -323,3 +323,44 @@ func needGRO(t testing.TB, c *Conn) {
 		t.Fatalf("GRO off after a read, on a kernel that has it: %+v", st)
 	}
 }
+
+// TestHugeBufferIsTheLargest: a buffer size past 2 GiB, more than the
+// socket option's C int holds, asks for the largest buffer the kernel
+// gives, not for the size its low 32 bits make (the smallest, for 3 GiB).
+func TestHugeBufferIsTheLargest(t *testing.T) {
+	sizes := func(opts *Options, set int) (rcv, snd int) {
+		t.Helper()
+		c, err := Listen("udp4", "127.0.0.1:0", opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if set > 0 {
+			if err := c.SetReadBuffer(set); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.SetWriteBuffer(set); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.Control(func(fd uintptr) {
+			rcv, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF)
+			snd, _ = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUF)
+		})
+		return rcv, snd
+	}
+	const huge = 3 << 30
+	rcv0, snd0 := sizes(&Options{ReadBuffer: bigBuf, WriteBuffer: bigBuf}, 0)
+	for _, tc := range []struct {
+		name string
+		opts *Options
+		set  int
+	}{
+		{"Options", &Options{ReadBuffer: huge, WriteBuffer: huge}, 0},
+		{"SetReadBuffer", nil, huge},
+	} {
+		if rcv, snd := sizes(tc.opts, tc.set); rcv < rcv0 || snd < snd0 {
+			t.Errorf("%s of %d: SO_RCVBUF %d, SO_SNDBUF %d; %d asked for gives %d and %d", tc.name, huge, rcv, snd, bigBuf, rcv0, snd0)
+		}
+	}
+}
