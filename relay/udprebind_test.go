@@ -236,24 +236,40 @@ func freeUDPPort(t *testing.T) *net.UDPAddr {
 
 // TestUDPMoveLeavesAddressToAnother: a reload in which a UDP route moves
 // to another port while a route of another name takes its address over
-// loses no datagram sent to the address. The new route's sockets join
-// the old ones' SO_REUSEPORT group, so the old ones must be steered off
-// before they stop, as when a route of the same name takes the address.
+// (a new route, or one that swaps addresses with it) loses no datagram
+// sent to the address. The other route's sockets join the old ones'
+// SO_REUSEPORT group, so the old ones must be steered off before they
+// stop, as when a route of the same name takes the address.
 func TestUDPMoveLeavesAddressToAnother(t *testing.T) {
 	if err := reusePortSupported(); err != nil {
 		t.Skip(err)
 	}
+	for _, tc := range []struct {
+		name string
+		swap bool // w listens elsewhere before, and u moves there
+	}{{"takeover", false}, {"swap", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			testUDPMoveLeavesAddressToAnother(t, tc.swap)
+		})
+	}
+}
+
+func testUDPMoveLeavesAddressToAnother(t *testing.T, swap bool) {
 	leakCheck(t)
 	target := newSeqTarget(t)
 	ra, elsewhere := freeUDPPort(t), freeUDPPort(t)
 	cfg := func(moved bool) Config {
 		u := udpRoute0(ra.String(), target.c.LocalAddr(), func(r *Route) { r.UDPBuffer = 4 << 20 }).Routes[0]
-		if !moved {
-			return Config{Routes: []Route{u}}
-		}
 		w := u
 		w.Name = "w"
-		u.Listen.Address = elsewhere.String()
+		switch {
+		case moved:
+			u.Listen.Address = elsewhere.String()
+		case swap:
+			w.Listen.Address = elsewhere.String()
+		default:
+			return Config{Routes: []Route{u}}
+		}
 		return Config{Routes: []Route{u, w}}
 	}
 	s := startRelay(t, cfg(false))
