@@ -178,6 +178,8 @@ func (p *plan) openUDP(rt *route, kept map[string]bool) (shared []*route, err er
 
 // sameGroup reports whether u's and v's sockets share an address, and so
 // a SO_REUSEPORT group when they share the port: u's first, then v's.
+// Not quite always: the kernel groups only sockets alike in IPV6_V6ONLY
+// (see handOver).
 func sameGroup(u, v *udpRoute) bool {
 	return len(u.lns) > 0 && len(v.lns) > 0 && u.lns[0].LocalAddr().String() == v.lns[0].LocalAddr().String()
 }
@@ -223,26 +225,28 @@ func (rt *route) handOver(next *route) {
 	steered := false
 	switch {
 	case nu == nil:
-	case sameGroup(u, nu):
-		steered = steerUDP(u.lns[0], len(u.lns), len(nu.lns)) == nil
-		if steered {
-			// Each of rt's sockets that closes moves the group's
-			// last socket into its place (socket(7)), and the
-			// program's indices past the end then fall back to the
-			// kernel's hash, which could pick another of rt's
-			// sockets whose reader has finished. Connected, as
-			// shrink's surplus sockets are, they are skipped
-			// (reuseport_select_sock_by_hash passes over
-			// connected sockets, and lookups score them for their
-			// peer only).
-			for _, ln := range u.lns {
-				unhashUDP(ln)
-			}
-			settleSteering()
+	case sameGroup(u, nu) && steerUDP(u.lns[0], len(u.lns), len(nu.lns)) == nil:
+		steered = true
+		// Each of rt's sockets that closes moves the group's last
+		// socket into its place (socket(7)), and the program's
+		// indices past the end then fall back to the kernel's hash,
+		// which could pick another of rt's sockets whose reader has
+		// finished. Connected, as shrink's surplus sockets are, they
+		// are skipped (reuseport_select_sock_by_hash passes over
+		// connected sockets, and lookups score them for their peer
+		// only).
+		for _, ln := range u.lns {
+			unhashUDP(ln)
 		}
+		settleSteering()
 	case samePort(u, nu):
 		// Two groups on one port: the old one may outrank the new for
-		// the kernel's lookup until it closes.
+		// the kernel's lookup until it closes. So may sockets of one
+		// address that the kernel did not group, or whose group it
+		// refused to steer: a dual-stack socket and an IPv6-only one
+		// on [::] are never in one group, and a lone first socket,
+		// which had SO_REUSEPORT set only after it was bound, is in
+		// none.
 		ok := true
 		for _, ln := range u.lns {
 			ok = unhashUDP(ln) == nil && ok

@@ -273,10 +273,75 @@ func testUDPMoveLeavesAddressToAnother(t *testing.T, swap bool) {
 		return Config{Routes: []Route{u, w}}
 	}
 	s := startRelay(t, cfg(false))
+	stop := seqClients(t, "udp4", ra, 4)
+	for i := range 20 {
+		time.Sleep(20 * time.Millisecond) // let datagrams flow between reloads
+		if err := s.Update(cfg(i%2 == 0)); err != nil {
+			t.Fatalf("reload %d: %v", i, err)
+		}
+	}
+	target.check(t, stop())
+}
+
+// TestUDPDualStackToV6OnlyLosesNothing: a route that moves from a
+// dual-stack socket on [::] to an IPv6-only one on the same address, or
+// back, loses no IPv6 datagram. The two sockets share the address but
+// not a SO_REUSEPORT group (the kernel groups only sockets alike in
+// IPV6_V6ONLY), and a lone first socket has no group the relay could
+// steer: the old sockets must still leave the kernel's choice before
+// they stop, as sockets of another group on the port do.
+func TestUDPDualStackToV6OnlyLosesNothing(t *testing.T) {
+	if err := reusePortSupported(); err != nil {
+		t.Skip(err)
+	}
+	probe, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6unspecified})
+	if err != nil {
+		t.Skipf("no IPv6 here: %v", err)
+	}
+	port := probe.LocalAddr().(*net.UDPAddr).Port
+	probe.Close()
+	target := newSeqTarget(t)
+	cfg := func(network string) Config {
+		return Config{Routes: []Route{{Name: "u", Listen: Addr{network, net.JoinHostPort("::", strconv.Itoa(port))},
+			Target: Addr{"udp", target.c.LocalAddr().String()}, UDPBuffer: 4 << 20}}}
+	}
+	// Each round starts a relay afresh, so that each has a lone first
+	// socket.
+	for round := range 5 {
+		t.Run(fmt.Sprint("round=", round), func(t *testing.T) {
+			leakCheck(t)
+			s := startRelay(t, cfg("udp"))
+			ra := &net.UDPAddr{IP: net.IPv6loopback, Port: port}
+			// Idle sessions make the old route's stop take longer,
+			// and so would a loss show.
+			for range 200 {
+				c, err := net.DialUDP("udp6", nil, ra)
+				if err != nil {
+					t.Fatal(err)
+				}
+				c.Write([]byte("idle"))
+				c.Close()
+			}
+			stop := seqClients(t, "udp6", ra, 4)
+			for i, network := range []string{"udp6", "udp", "udp6"} {
+				time.Sleep(20 * time.Millisecond) // let datagrams flow between reloads
+				if err := s.Update(cfg(network)); err != nil {
+					t.Fatalf("reload %d: %v", i, err)
+				}
+			}
+			target.check(t, stop())
+		})
+	}
+}
+
+// seqClients starts clients that send numbered datagrams (8 bytes each,
+// the client's index in the high 32 bits) to ra from network sockets,
+// each keeping at most 32 in flight, until the function it returns is
+// called; that returns what each client sent.
+func seqClients(t *testing.T, network string, ra *net.UDPAddr, clients int) func() [][]uint64 {
 	const (
-		clients = 4
-		window  = 32      // datagrams a client has in flight at most
-		most    = 100_000 // per client: the loop's bound
+		window = 32      // datagrams a client has in flight at most
+		most   = 100_000 // per client: the loop's bound
 	)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -286,7 +351,7 @@ func testUDPMoveLeavesAddressToAnother(t *testing.T, swap bool) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := net.DialUDP("udp4", nil, ra)
+			c, err := net.DialUDP(network, nil, ra)
 			if err != nil {
 				errs <- err
 				return
@@ -323,24 +388,27 @@ func testUDPMoveLeavesAddressToAnother(t *testing.T, swap bool) {
 			}
 		}()
 	}
-	for i := range 20 {
-		time.Sleep(20 * time.Millisecond) // let datagrams flow between reloads
-		if err := s.Update(cfg(i%2 == 0)); err != nil {
-			t.Fatalf("reload %d: %v", i, err)
+	return func() [][]uint64 {
+		close(stop)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
 		}
+		return sent
 	}
-	close(stop)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+}
+
+// check fails t for each client of sent whose datagrams did not all
+// reach the target.
+func (st *seqTarget) check(t *testing.T, sent [][]uint64) {
+	t.Helper()
 	// What the relay read has reached the target by the time the last
 	// reload returned; the clients' last datagrams may still be on
 	// their way.
 	time.Sleep(100 * time.Millisecond)
-	for ci := range clients {
-		if m := target.missing(sent[ci]); len(m) > 0 {
+	for ci := range sent {
+		if m := st.missing(sent[ci]); len(m) > 0 {
 			t.Errorf("client %d: %d of %d datagrams never reached the target (first %#x)", ci, len(m), len(sent[ci]), m[0])
 		}
 	}
