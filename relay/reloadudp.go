@@ -53,10 +53,25 @@ func (p *plan) prepareUDP(cfg Config) error {
 		}
 		// Undone, the route's readers start and stop at once: what its
 		// sockets took meanwhile (sharing a port) is relayed, once the
-		// group they joined gives new datagrams to its old sockets only.
+		// group they joined gives new datagrams to its old sockets only,
+		// or, where they are not in that group or it cannot be steered,
+		// once they have left the kernel's choice as handOver's do (a
+		// specific address outranks the wildcard until it closes).
 		p.undo = append(p.undo, func() {
+			unhash := false
 			for _, o := range shared {
 				if sameGroup(o.udp, rt.udp) && steerUDP(o.udp.lns[0], 0, len(o.udp.lns)) == nil {
+					settleSteering()
+				} else {
+					unhash = true
+				}
+			}
+			if unhash {
+				ok := true
+				for _, ln := range rt.udp.lns {
+					ok = unhashUDP(ln) == nil && ok
+				}
+				if ok {
 					settleSteering()
 				}
 			}

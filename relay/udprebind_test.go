@@ -334,6 +334,43 @@ func TestUDPDualStackToV6OnlyLosesNothing(t *testing.T) {
 	}
 }
 
+// TestUDPReloadUndoneLosesNothing: a reload that would move a UDP route
+// from the wildcard address to a specific one of its port is refused
+// (another route cannot bind), and loses no datagram. Until the reload
+// is undone the new socket, which the kernel prefers to the wildcard
+// one, takes the clients' datagrams; it must leave the kernel's choice
+// before it stops, or those that reach it between its drain and its
+// close are lost.
+func TestUDPReloadUndoneLosesNothing(t *testing.T) {
+	if err := reusePortSupported(); err != nil {
+		t.Skip(err)
+	}
+	leakCheck(t)
+	target := newSeqTarget(t)
+	taken, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	ra := freeUDPPort(t)
+	cfg := func(host string) Config {
+		return udpRoute0(net.JoinHostPort(host, strconv.Itoa(ra.Port)), target.c.LocalAddr(), func(r *Route) { r.UDPBuffer = 4 << 20 })
+	}
+	s := startRelay(t, cfg("0.0.0.0"))
+	stop := seqClients(t, "udp4", ra, 8)
+	for i := range 30 {
+		time.Sleep(20 * time.Millisecond) // let datagrams flow between reloads
+		next := cfg("127.0.0.1")
+		bad := next.Routes[0]
+		bad.Name, bad.Listen = "v", Addr{"udp", taken.LocalAddr().String()}
+		next.Routes = append(next.Routes, bad)
+		if err := s.Update(next); err == nil {
+			t.Fatalf("reload %d with an unbindable route applied", i)
+		}
+	}
+	target.check(t, stop())
+}
+
 // seqClients starts clients that send numbered datagrams (8 bytes each,
 // the client's index in the high 32 bits) to ra from network sockets,
 // each keeping at most 32 in flight, until the function it returns is
