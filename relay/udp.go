@@ -294,6 +294,7 @@ func (u *udpRoute) forward(r *Route, s *session, msgs []udp.Message) {
 			var n int
 			n, err = s2.up.WriteAll(msgs[sent:])
 			sent += n
+			s = s2 // a refusal now is s2's target's
 		}
 	}
 	st.udpPacketsUp.Add(uint64(sent))
