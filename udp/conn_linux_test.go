@@ -4,6 +4,7 @@ package udp
 
 import (
 	"errors"
+	"math"
 	"net"
 	"net/netip"
 	"syscall"
@@ -349,7 +350,8 @@ func TestHugeBufferIsTheLargest(t *testing.T) {
 		})
 		return rcv, snd
 	}
-	const huge = 3 << 30
+	// 3 GiB where int holds it; the largest int on 32-bit platforms.
+	huge := int(min(3<<30, uint64(math.MaxInt)))
 	rcv0, snd0 := sizes(&Options{ReadBuffer: bigBuf, WriteBuffer: bigBuf}, 0)
 	for _, tc := range []struct {
 		name string
