@@ -132,12 +132,11 @@ const helloBufSize = 2*bufSize + tlshello.DefaultMaxLen
 
 // readHello reads the client's first bytes until tlshello.Parse answers,
 // then lets the front's table choose the route. The bytes stay in the up
-// direction's buffer, for the target.
+// direction's buffer, for the target. The buffer is taken when bytes
+// arrive and given back while none wait in it, so that a client that
+// connects and sends nothing holds none while it waits.
 func (c *evConn) readHello() {
 	d, l := &c.up, c.lp
-	if d.buf == nil {
-		d.buf = l.getBufN(helloBufSize)
-	}
 	for {
 		if d.end > d.off {
 			if err := tlshello.Parse(d.buf[d.off:d.end], &l.hello); err != tlshello.ErrNeedMore {
@@ -148,6 +147,9 @@ func (c *evConn) readHello() {
 		if !c.cR {
 			return
 		}
+		if d.buf == nil {
+			d.buf = l.getBufN(helloBufSize)
+		}
 		space := d.buf[d.end : len(d.buf)-proxyReserve]
 		if len(space) == 0 {
 			c.chose(tlshello.ErrTooLarge)
@@ -157,6 +159,10 @@ func (c *evConn) readHello() {
 		switch {
 		case e == unix.EAGAIN:
 			c.cR = false
+			if d.end == d.off { // nothing after a PROXY header, if any
+				l.putBuf(d.buf)
+				d.buf, d.off, d.end = nil, 0, 0
+			}
 			return
 		case e == unix.EINTR:
 			continue
