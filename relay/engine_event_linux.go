@@ -37,6 +37,18 @@ type eventEngine struct {
 	loops   []*loop        // fixed once started
 	wg      sync.WaitGroup // the loops' goroutines
 	closed  atomic.Bool
+	pipes   atomic.Int64 // splice pipes the loops have open, idle ones too
+}
+
+// pipeRoom reports whether the loops may open one more splice pipe. The
+// descriptor budget (fdBudget) counts fdsPerPair descriptors per stream:
+// its two sockets, and room for a pipe (two descriptors) per two streams.
+// Relays whose clients read slowly keep their pipes full, and without
+// this bound would take every descriptor the process has, leaving none
+// for accepts, dials, health checks, metrics or reloads.
+func (e *eventEngine) pipeRoom() bool {
+	b := e.s.fdBudget.Load()
+	return b <= 0 || e.pipes.Load() < b*(fdsPerPair-2)/2
 }
 
 // start creates the loops on first use and returns them.

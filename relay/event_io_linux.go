@@ -317,7 +317,9 @@ func (p pipe) close() {
 	closeFD(p.w)
 }
 
-// getPipe returns an idle pipe of the loop's, or a new one.
+// getPipe returns an idle pipe of the loop's, or a new one if the
+// engine has room for it (pipeRoom); EMFILE otherwise, as when the
+// process is out of descriptors, and the caller copies instead.
 func (l *loop) getPipe() (pipe, unix.Errno) {
 	if n := len(l.pipes); n > 0 {
 		p := l.pipes[n-1]
@@ -326,10 +328,14 @@ func (l *loop) getPipe() (pipe, unix.Errno) {
 		l.pipesHeld++
 		return p, 0
 	}
+	if !l.e.pipeRoom() {
+		return pipe{}, unix.EMFILE
+	}
 	var fds [2]int
 	if err := unix.Pipe2(fds[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
 		return pipe{}, err.(unix.Errno)
 	}
+	l.e.pipes.Add(1)
 	// F_SETPIPE_SZ fails past pipe-max-size or the user's pipe quota
 	// (fcntl(2)); the pipe then keeps the size it has.
 	unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, pipeSize)
@@ -344,8 +350,15 @@ func (l *loop) getPipe() (pipe, unix.Errno) {
 func (l *loop) putPipe(p pipe, n int) {
 	l.pipesHeld--
 	if n != 0 || len(l.pipes) >= maxIdlePipes {
-		p.close()
+		l.closePipe(p)
 		return
 	}
 	l.pipes = append(l.pipes, p)
+}
+
+// closePipe closes p, giving its descriptors back to the engine's room
+// for pipes.
+func (l *loop) closePipe(p pipe) {
+	p.close()
+	l.e.pipes.Add(-1)
 }

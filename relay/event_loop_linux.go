@@ -299,7 +299,7 @@ func (l *loop) run() {
 	l.exit()
 	l.abortAll(errShutdown)
 	for _, p := range l.pipes {
-		p.close()
+		l.closePipe(p)
 	}
 	unix.Close(l.epfd)
 	unix.Close(l.evfd)

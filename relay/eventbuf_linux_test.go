@@ -1,7 +1,10 @@
 package relay
 
 import (
+	"bytes"
+	"io"
 	"net"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -49,4 +52,55 @@ func TestWaitingClientsHoldNoBuffer(t *testing.T) {
 		bufs, _, _, _ := s.eng.holding()
 		return bufs == n
 	})
+}
+
+// TestPipesWithinDescriptorBudget: relays whose clients do not read hold
+// their bytes in a splice pipe, two descriptors each, on top of the two
+// sockets. The descriptor budget keeps room for a pipe per two pairs
+// (fdsPerPair), so past that room the loops copy through a buffer
+// instead of opening more pipes: otherwise such clients run the process
+// out of descriptors, and the metrics server, health checks and reloads
+// fail with EMFILE. The bytes all arrive either way.
+func TestPipesWithinDescriptorBudget(t *testing.T) {
+	leakCheck(t)
+	const size = 16 << 20
+	bulk := make([]byte, size)
+	for i := range bulk {
+		bulk[i] = byte(i * 7)
+	}
+	b := startBackend(t, "tcp4", func(c net.Conn) { c.Write(bulk) })
+	cfg := route0("127.0.0.1:0", b.addr, nil)
+	cfg.Engine = EngineEvent
+	s := startRelay(t, cfg)
+	const n = 8
+	s.fdBudget.Store(n) // as a descriptor limit of fdReserve+1+3n gives
+	room := int64(n * (fdsPerPair - 2) / 2)
+	d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
+		rc.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+		return nil
+	}}
+	var cs []net.Conn
+	for range n {
+		c, err := d.Dial("tcp", s.Addrs("r")[0].String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		cs = append(cs, c)
+	}
+	// Every relay stalls on its client with bytes in a pipe or a buffer.
+	waitFor(t, func() bool {
+		bufs, pipes, _, _ := s.eng.holding()
+		return bufs+pipes == n
+	})
+	if _, pipes, _, _ := s.eng.holding(); pipes > room {
+		t.Errorf("%d relays hold %d pipes, past the budget's room for %d", n, pipes, room)
+	}
+	for i, c := range cs {
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		got, err := io.ReadAll(c)
+		if err != nil || !bytes.Equal(got, bulk) {
+			t.Fatalf("client %d: %d bytes of %d, %v", i, len(got), size, err)
+		}
+	}
 }
