@@ -36,6 +36,7 @@ type loop struct {
 	stop        bool
 	freed       bool   // a relay of this loop gave back a slot: look at paused listeners
 	seq         uint32 // the last registration's sequence number
+	turns       uint64 // turns of the loop, for tests
 
 	lns   []*loopListener
 	conns []*evConn // the slab; free slots have state stFree
@@ -51,6 +52,12 @@ type loop struct {
 	// connection goes (pick): the connections it holds, and those handed
 	// to it and not yet taken.
 	held, queued atomic.Int32
+
+	// full counts the loop's listeners paused at a limit
+	// (loopListener.full), which a loop that frees a slot looks at to
+	// set slotFree and wake the loop (wakePaused).
+	full     atomic.Int32
+	slotFree atomic.Bool
 
 	// Waking the loop for its inbox: work is set once something is
 	// queued; asleep while the loop waits, or is about to, in
@@ -84,6 +91,7 @@ type loopListener struct {
 	more    bool    // accept stopped at its batch bound
 	paused  *route  // accepting paused at a limit (the route, or the front's)
 	pauseAt int64
+	full    bool // accepting paused at a limit, waiting for a slot to free
 }
 
 // Epoll data: Fd holds a connection's slot times two plus its side (0
@@ -257,6 +265,9 @@ func (l *loop) run() {
 				}
 			}
 		}
+		if l.freed { // by a timer or the inbox, after this turn's look
+			timeout = 0
+		}
 		if timeout != 0 {
 			l.asleep.Store(true)
 			if l.work.Load() {
@@ -266,6 +277,7 @@ func (l *loop) run() {
 		n := l.wait(timeout)
 		l.asleep.Store(false)
 		l.now = mono()
+		l.turns++
 		for i := 0; i < n; i++ {
 			ev := &l.events[i]
 			switch {
@@ -285,8 +297,13 @@ func (l *loop) run() {
 		}
 		freed := l.freed
 		l.freed = false
+		if freed {
+			l.wakePaused()
+		} else if l.slotFree.Load() {
+			freed = l.slotFree.Swap(false)
+		}
 		for _, ll := range l.lns {
-			if ll != nil && (ll.more || (ll.retryAt != 0 && (l.now >= ll.retryAt || freed && ll.paused != nil))) {
+			if ll != nil && (ll.more || (ll.retryAt != 0 && (l.now >= ll.retryAt || freed && ll.full))) {
 				ll.retryAt = 0
 				l.acceptAll(ll)
 			}
@@ -352,10 +369,12 @@ func (l *loop) removeListener(el *evListener) {
 // loop then serves a connection is pick's choice.
 const acceptBatch = 1
 
-// pauseRetry is how often a loop paused at a limit looks again, besides
-// when one of its own relays frees a slot (a slot another loop frees is
-// seen here at the latest then).
-const pauseRetry = 20 * int64(time.Millisecond)
+// pauseRetry is how often a loop paused at a limit looks again if no
+// slot frees. A relay that ends makes its loop look at once, and wake the
+// other loops paused (wakePaused), so that a paused loop sleeps rather
+// than polling; this catches room that comes otherwise, as from a
+// reload that raises a limit.
+const pauseRetry = 1000 * int64(time.Millisecond)
 
 // acceptAll accepts on ll until EAGAIN or the batch bound. At a limit
 // (the server's, or the route's when the front has one) it stops, and
@@ -377,6 +396,15 @@ func (l *loop) acceptAll(ll *loopListener) {
 				ll.paused, ll.pauseAt = rt, l.now
 			}
 			ll.retryAt = l.now + pauseRetry
+			if !ll.full {
+				// Loops that free a slot wake l from now on; one
+				// freed before is seen by looking again.
+				ll.full = true
+				l.full.Add(1)
+				if !s.atLimit(rt) {
+					ll.retryAt = l.now
+				}
+			}
 			return
 		}
 		l.resume(ll)
@@ -408,10 +436,25 @@ func (l *loop) acceptAll(ll *loopListener) {
 
 // resume ends ll's pause, if any, counting its time.
 func (l *loop) resume(ll *loopListener) {
+	if ll.full {
+		ll.full = false
+		l.full.Add(-1)
+	}
 	if rt := ll.paused; rt != nil {
 		rt.st.pausedNanos.Add(uint64(l.now - ll.pauseAt))
 		rt.st.pausedNow.Add(-1)
 		ll.paused = nil
+	}
+}
+
+// wakePaused tells the other loops with a listener paused at a limit
+// that l freed a slot, and wakes them to look again.
+func (l *loop) wakePaused() {
+	for _, o := range l.e.loops {
+		if o != l && o.full.Load() > 0 && !o.slotFree.Load() {
+			o.slotFree.Store(true)
+			o.notify()
+		}
 	}
 }
 

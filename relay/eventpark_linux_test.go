@@ -60,3 +60,39 @@ func TestParkedFirst(t *testing.T) {
 		t.Fatalf("the later client: %v", err)
 	}
 }
+
+// TestPausedLoopSleeps: while accepting is paused at a limit and nothing
+// moves, the loops sleep instead of waking every few milliseconds to look
+// for a slot; the client waiting in the backlog is served once a relay
+// ends, whichever loop it ends on.
+func TestPausedLoopSleeps(t *testing.T) {
+	leakCheck(t)
+	b := startBackend(t, "tcp4", echo)
+	cfg := route0("127.0.0.1:0", b.addr, nil)
+	cfg.Engine, cfg.MaxConns = EngineEvent, 1
+	s := startRelay(t, cfg)
+	a := dialRoute(t, s, "r")
+	defer a.Close()
+	if err := ping(a); err != nil {
+		t.Fatal(err)
+	}
+	c := dialRoute(t, s, "r") // waits in the backlog
+	defer c.Close()
+	waitFor(t, func() bool { return s.Stats().Routes[0].AcceptPaused })
+	turns := func() (n uint64) {
+		for _, lp := range s.eng.(*eventEngine).started() {
+			lp.call(func() { n += lp.turns })
+		}
+		return n
+	}
+	before := turns()
+	time.Sleep(300 * time.Millisecond)
+	// Each call above and below takes a turn of each loop.
+	if n := turns() - before; n > 10 {
+		t.Errorf("paused loops took %d turns in 300 ms with nothing to do", n)
+	}
+	a.Close()
+	if err := ping(c); err != nil {
+		t.Fatalf("waiting client: %v", err)
+	}
+}
