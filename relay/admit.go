@@ -181,28 +181,40 @@ func (rt *route) waitAdmitHeld() bool {
 // pause begins after 10 s without one, then a count every 30 s while
 // pauses go on, never a line per connection.
 func (rt *route) pausing() {
-	p := &rt.pauseLog
+	switch begins, n := rt.pauseLog.note(); {
+	case begins:
+		rt.srv.log.Warn("accepting paused at the connection limit; clients wait in the listen backlog",
+			"route", rt.name, "limit", rt.srv.limit(), "route_limit", rt.cfg.Load().MaxConns)
+	case n > 0:
+		rt.srv.log.Warn("accepting still pausing at the connection limit", "route", rt.name, "pauses", n)
+	}
+}
+
+// pauseLog paces the lines of something that may happen on every
+// connection (pausing, a bad PROXY header): a line when it begins after
+// 10 s without, then a count every 30 s while it goes on.
+type pauseLog struct {
+	mu           sync.Mutex
+	last, logged time.Time
+	count        int
+}
+
+// note records one occurrence. It reports whether an episode begins,
+// to be logged in full, or else how many occurrences to log as a count
+// now (0: none).
+func (p *pauseLog) note() (begins bool, n int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
 	p.count++
 	switch {
 	case now.Sub(p.last) > 10*time.Second:
-		rt.srv.log.Warn("accepting paused at the connection limit; clients wait in the listen backlog",
-			"route", rt.name, "limit", rt.srv.limit(), "route_limit", rt.cfg.Load().MaxConns)
-		p.count, p.logged = 0, now
+		begins, p.count, p.logged = true, 0, now
 	case now.Sub(p.logged) > 30*time.Second:
-		rt.srv.log.Warn("accepting still pausing at the connection limit", "route", rt.name, "pauses", p.count)
-		p.count, p.logged = 0, now
+		n, p.count, p.logged = p.count, 0, now
 	}
 	p.last = now
-}
-
-// pauseLog is what pausing needs to log by episode.
-type pauseLog struct {
-	mu           sync.Mutex
-	last, logged time.Time
-	count        int
+	return begins, n
 }
 
 // limit is the server's connection limit in force: Config.MaxConns or

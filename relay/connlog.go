@@ -61,6 +61,21 @@ func (rt *route) logEnd(client netip.AddrPort, b *backend, up, down uint64, star
 		slog.Duration("duration", time.Since(start)), slog.String("end", why.String()))
 }
 
+// badProxy logs a client's bad PROXY header, on the route or listen
+// address (key) named name, as pauseLog paces it: a client that sends
+// garbage, or resets before its header, on every connection must not
+// write a line each. The others are logged at debug level.
+func (s *Server) badProxy(p *pauseLog, key, name string, client netip.AddrPort, err error) {
+	switch begins, n := p.note(); {
+	case begins:
+		s.log.Info("bad PROXY header", key, name, "client", client, "err", err)
+	case n > 0:
+		s.log.Info("still receiving bad PROXY headers", key, name, "clients", n, "err", err)
+	case s.log.Enabled(context.Background(), slog.LevelDebug):
+		s.log.Debug("bad PROXY header", key, name, "client", client, "err", err)
+	}
+}
+
 // connLogOn reports whether a finished connection is logged: its level is
 // not ConnLogOff, which a handler's minimum level does not filter out (a
 // handler enables every level from its minimum up), and the handler

@@ -361,7 +361,7 @@ func (p *pair) policy() (src, dst netip.AddrPort, ok bool) {
 		if err != nil {
 			if !p.isAborted() { // else Close or the shutdown deadline closed the client
 				rt.st.errProxy.Add(1)
-				log.Info("bad PROXY header", "route", rt.name, "client", src, "err", err)
+				rt.srv.badProxy(&rt.proxyLog, "route", rt.name, src, err)
 			}
 			return src, dst, false
 		}

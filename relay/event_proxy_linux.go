@@ -76,10 +76,10 @@ var errHeaderTooLong = errors.New("PROXY header longer than the buffer")
 func (c *evConn) proxyFailed(err error) {
 	if rt := c.rt; rt != nil {
 		rt.st.errProxy.Add(1)
-		rt.srv.log.Info("bad PROXY header", "route", rt.name, "client", c.src, "err", err)
+		rt.srv.badProxy(&rt.proxyLog, "route", rt.name, c.src, err)
 	} else {
 		c.front.st.proxyErrors.Add(1)
-		c.lp.e.s.log.Info("bad PROXY header", "listen", c.cfg.Listen.String(), "client", c.src, "err", err)
+		c.front.srv.badProxy(&c.front.proxyLog, "listen", c.cfg.Listen.String(), c.src, err)
 	}
 	c.finish(errQuiet)
 }

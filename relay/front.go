@@ -34,8 +34,9 @@ type front struct {
 	lns  []net.Listener // under srv.mu once serving
 	done chan struct{}  // closed by stop
 
-	table atomic.Pointer[routeTable]
-	st    frontCounters
+	table    atomic.Pointer[routeTable]
+	st       frontCounters
+	proxyLog pauseLog // bad PROXY headers (Server.badProxy)
 
 	retiring []*retiring // sockets in their retireGrace, under srv.mu
 }
@@ -237,7 +238,7 @@ func (f *front) readHello(c net.Conn, t *routeTable, pk *peeked) *route {
 		h, err := proxyproto.ReadHeader(c)
 		if err != nil {
 			f.st.proxyErrors.Add(1)
-			f.srv.log.Info("bad PROXY header", "listen", r.Listen.String(), "client", src, "err", err)
+			f.srv.badProxy(&f.proxyLog, "listen", r.Listen.String(), src, err)
 			c.Close()
 			return nil
 		}

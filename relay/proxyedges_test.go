@@ -5,8 +5,10 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,5 +157,57 @@ func testSNIFailover(t *testing.T) {
 		if r.Name == "a" && (r.Accepted != 6 || r.DialErrors != 0) {
 			t.Errorf("route a: %d accepted, %d clients failed", r.Accepted, r.DialErrors)
 		}
+	}
+}
+
+// TestBadProxyHeadersLogByEpisode: clients that send no valid PROXY
+// header, on a route that takes one and on an address whose routes the
+// hello tells apart, are counted each, but logged at info level as the
+// connection-limit pauses are: the first in full, then a count every
+// 30 s while they go on, not a line per client, which a flood of such
+// clients would turn into a flood of lines.
+func TestBadProxyHeadersLogByEpisode(t *testing.T) { forEachEngine(t, testBadProxyHeadersLogByEpisode) }
+
+func testBadProxyHeadersLogByEpisode(t *testing.T) {
+	b := startBackend(t, "tcp4", echo)
+	var buf syncBuffer
+	listen := freePort(t)
+	l := Addr{Network: "tcp", Address: listen}
+	s := startRelay(t, Config{
+		Logger: slog.New(slog.NewTextHandler(&buf, nil)),
+		Routes: []Route{
+			{Name: "p", Listen: Addr{Network: "tcp", Address: "127.0.0.1:0"}, Target: b.addr, AcceptProxy: true},
+			{Name: "a", Listen: l, Target: b.addr, SNI: []string{"a.example"}, AcceptProxy: true},
+			{Name: "default", Listen: l, Target: b.addr, AcceptProxy: true},
+		},
+	})
+	const n = 20
+	for _, addr := range []string{s.Addrs("p")[0].String(), listen} {
+		for range n {
+			c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.WriteString(c, "GET / HTTP/1.0\r\n\r\n")
+			if !waitClosed(c, 5*time.Second) {
+				t.Fatal("a client without a PROXY header kept open")
+			}
+			c.Close()
+		}
+	}
+	waitFor(t, func() bool {
+		st := s.Stats()
+		var route uint64
+		for _, r := range st.Routes {
+			route += r.ProxyHeaderErrors
+		}
+		var front uint64
+		for _, f := range st.Fronts {
+			front += f.ProxyHeaderErrors
+		}
+		return route == n && front == n
+	})
+	if got := strings.Count(buf.String(), `msg="bad PROXY header"`); got != 2 {
+		t.Errorf("%d lines for %d bad PROXY headers, want one per route and address:\n%s", got, 2*n, buf.String())
 	}
 }

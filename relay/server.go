@@ -279,6 +279,7 @@ type route struct {
 
 	*load
 	pauseLog pauseLog
+	proxyLog pauseLog // bad PROXY headers (Server.badProxy)
 }
 
 // load is what a route's limits count, and its counters. A rebind replaces
