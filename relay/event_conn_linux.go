@@ -216,11 +216,6 @@ func (l *loop) admit(rt *route, fd int, peer netip.AddrPort, wait bool) {
 	c.take(rt, wait)
 }
 
-// slotRetry is how often a client accepted over a limit (another loop
-// took the slot between the check and the accept, or a hello chose a
-// full route) looks for a free slot.
-const slotRetry = 20 * time.Millisecond
-
 // take admits c under rt's limits or, with wait, parks it until a slot
 // frees (or rt stops), as the goroutine engine's waitAdmit does.
 func (c *evConn) take(rt *route, wait bool) {
@@ -246,22 +241,29 @@ func (c *evConn) take(rt *route, wait bool) {
 		c.finish(errQuiet)
 		return
 	}
-	l := c.lp
 	c.park(rt)
-	l.wheel.arm(c, l.now+int64(slotRetry), l.now)
 }
 
-// park makes c wait for a slot of rt. Parked clients count against the
-// limits (atLimit), so that the loops accept no new client while they
-// wait: a new client would take the slot that frees, and a parked one,
-// which looks again only every slotRetry, could wait behind new clients
-// for ever.
+// park makes c, a client accepted over a limit (another loop took the
+// slot between the check and the accept, or a hello chose a full route),
+// wait for a slot of rt: its loop has it look again when a slot frees
+// (retryParked), with no timer of its own. Parked clients count against
+// the limits (atLimit), so that the loops accept no new client while
+// they wait: a new client would take the slot that frees, and a parked
+// one could wait behind new clients for ever.
 func (c *evConn) park(rt *route) {
+	l := c.lp
+	l.wheel.disarm(c)
 	c.want, c.state = rt, stSlot
 	rt.parked.Add(1)
 	if !c.peekSlot { // a client holding a server slot does not wait for one
 		rt.srv.parked.Add(1)
 	}
+	if len(l.parked) == 0 {
+		l.parkAt = l.now + pauseRetry
+	}
+	l.parked = append(l.parked, parkedConn{c, c.cseq})
+	l.full.Add(1)
 }
 
 // unpark ends c's wait for a slot, if it waits.
@@ -275,6 +277,7 @@ func (c *evConn) unpark() {
 	if !c.peekSlot {
 		rt.srv.parked.Add(-1)
 	}
+	c.lp.full.Add(-1)
 }
 
 // admitted starts serving c under rt, which gave it a slot: the PROXY
@@ -404,8 +407,6 @@ func (c *evConn) expired() {
 	case stHello:
 		c.front.reject(helloTimeout, c.netAddr(), nil)
 		c.finish(errQuiet)
-	case stSlot:
-		c.take(c.want, true)
 	case stResolve, stDialing:
 		c.attemptFailed(unix.ETIMEDOUT)
 	case stNoFD:

@@ -3,6 +3,7 @@ package relay
 import (
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,13 @@ type loop struct {
 	conns []*evConn // the slab; free slots have state stFree
 	free  []int32
 
+	// Clients waiting for a slot (evConn.park), in the order they
+	// parked; an entry whose client has since ended or moved on is
+	// dropped at the next look (retryParked), which comes when a slot
+	// frees, or at parkAt.
+	parked, parkedSpare []parkedConn
+	parkAt              int64
+
 	pipes []pipe // idle pipes for splicing
 	// What the loop's relays hold now, and pipes taken ever, for tests.
 	bufsHeld, pipesHeld, pipesTaken int64
@@ -54,8 +62,9 @@ type loop struct {
 	held, queued atomic.Int32
 
 	// full counts the loop's listeners paused at a limit
-	// (loopListener.full), which a loop that frees a slot looks at to
-	// set slotFree and wake the loop (wakePaused).
+	// (loopListener.full) and clients parked waiting for a slot, which a
+	// loop that frees a slot looks at to set slotFree and wake the loop
+	// (wakePaused).
 	full     atomic.Int32
 	slotFree atomic.Bool
 
@@ -71,6 +80,13 @@ type loop struct {
 	handed      []handedConn // connections other goroutines accepted for the loop
 	handedSpare []handedConn
 	exited      bool // the loop has stopped: close what is handed to it
+}
+
+// parkedConn is a parked client, as the registration of its socket
+// names it: a slot reused by another client has another.
+type parkedConn struct {
+	c   *evConn
+	seq uint32
 }
 
 // handedConn is a connection accepted elsewhere for a loop to serve.
@@ -265,6 +281,12 @@ func (l *loop) run() {
 				}
 			}
 		}
+		if len(l.parked) > 0 {
+			ms := int((l.parkAt - l.now + 999_999) / 1_000_000)
+			if timeout < 0 || ms < timeout {
+				timeout = max(ms, 0)
+			}
+		}
 		if l.freed { // by a timer or the inbox, after this turn's look
 			timeout = 0
 		}
@@ -301,6 +323,9 @@ func (l *loop) run() {
 			l.wakePaused()
 		} else if l.slotFree.Load() {
 			freed = l.slotFree.Swap(false)
+		}
+		if len(l.parked) > 0 && (freed || l.now >= l.parkAt) {
+			l.retryParked()
 		}
 		for _, ll := range l.lns {
 			if ll != nil && (ll.more || (ll.retryAt != 0 && (l.now >= ll.retryAt || freed && ll.full))) {
@@ -369,11 +394,11 @@ func (l *loop) removeListener(el *evListener) {
 // loop then serves a connection is pick's choice.
 const acceptBatch = 1
 
-// pauseRetry is how often a loop paused at a limit looks again if no
-// slot frees. A relay that ends makes its loop look at once, and wake the
-// other loops paused (wakePaused), so that a paused loop sleeps rather
-// than polling; this catches room that comes otherwise, as from a
-// reload that raises a limit.
+// pauseRetry is how often a loop paused at a limit, or with clients
+// parked, looks again if no slot frees. A relay that ends makes its loop
+// look at once, and wake the other loops paused (wakePaused), so that a
+// paused loop sleeps rather than polling; this catches room that comes
+// otherwise, as from a reload that raises a limit.
 const pauseRetry = 1000 * int64(time.Millisecond)
 
 // acceptAll accepts on ll until EAGAIN or the batch bound. At a limit
@@ -447,8 +472,35 @@ func (l *loop) resume(ll *loopListener) {
 	}
 }
 
-// wakePaused tells the other loops with a listener paused at a limit
-// that l freed a slot, and wakes them to look again.
+// retryParked has the clients parked in l look for a slot again, in the
+// order they parked, but for those behind one of the same route that
+// found none. It looks at most once per turn with a slot freed, however
+// many clients wait.
+func (l *loop) retryParked() {
+	ps := l.parked
+	l.parked, l.parkedSpare = l.parkedSpare[:0], nil
+	l.parkAt = l.now + pauseRetry
+	var fullBuf [4]*route
+	full := fullBuf[:0]
+	for i, p := range ps {
+		ps[i] = parkedConn{}
+		c := p.c
+		if c.cseq != p.seq || c.state != stSlot || c.want == nil {
+			continue // ended, or taken
+		}
+		if rt := c.want; slices.Contains(full, rt) {
+			l.parked = append(l.parked, p)
+		} else if c.take(rt, true); c.state == stSlot && c.want == rt {
+			full = append(full, rt)
+		}
+	}
+	if l.parkedSpare == nil {
+		l.parkedSpare = ps[:0]
+	}
+}
+
+// wakePaused tells the other loops with a listener paused at a limit,
+// or clients parked, that l freed a slot, and wakes them to look again.
 func (l *loop) wakePaused() {
 	for _, o := range l.e.loops {
 		if o != l && o.full.Load() > 0 && !o.slotFree.Load() {

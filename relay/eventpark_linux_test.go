@@ -5,6 +5,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/zeroio/zeroio/internal/tlshello/hellotest"
 )
 
 // TestParkedFirst: a client waiting for a slot in an event loop (here
@@ -94,5 +96,75 @@ func TestPausedLoopSleeps(t *testing.T) {
 	a.Close()
 	if err := ping(c); err != nil {
 		t.Fatalf("waiting client: %v", err)
+	}
+}
+
+// TestParkedClientsSleep: clients whose hello chose a route at its limit
+// wait in their loops for a slot without a timer each waking its loop
+// every few milliseconds (many such clients kept the loops busy doing
+// nothing); each is served once a relay of the route ends.
+func TestParkedClientsSleep(t *testing.T) {
+	leakCheck(t)
+	b := startBackend(t, "tcp4", echo)
+	listen := freePort(t)
+	l := Addr{Network: "tcp", Address: listen}
+	s := startRelay(t, Config{Engine: EngineEvent, Routes: []Route{
+		{Name: "a", Listen: l, Target: b.addr, SNI: []string{"a.example"}, MaxConns: 1},
+		{Name: "default", Listen: l, Target: b.addr},
+	}})
+	hello := hellotest.Build("a.example", nil)
+	send := func() net.Conn {
+		c, err := net.DialTimeout("tcp", listen, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(hello); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	echoed := func(c net.Conn) error {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_, err := io.ReadFull(c, make([]byte, len(hello)))
+		return err
+	}
+	first := send()
+	defer first.Close()
+	if err := echoed(first); err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	var parked []net.Conn
+	for range n {
+		c := send()
+		defer c.Close()
+		parked = append(parked, c)
+	}
+	waitFor(t, func() bool { return s.routes["a"].parked.Load() == n })
+	turns := func() (k uint64) {
+		for _, lp := range s.eng.(*eventEngine).started() {
+			lp.call(func() { k += lp.turns })
+		}
+		return k
+	}
+	before := turns()
+	time.Sleep(300 * time.Millisecond)
+	if k := turns() - before; k > 10 {
+		t.Errorf("loops with %d parked clients took %d turns in 300 ms with nothing to do", n, k)
+	}
+	// One at a time, in whichever loop, each gets the slot the one
+	// before gave back.
+	first.Close()
+	errs := make(chan error, n)
+	for _, c := range parked {
+		go func() {
+			errs <- echoed(c)
+			c.Close()
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("parked client: %v", err)
+		}
 	}
 }
