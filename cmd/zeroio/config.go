@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,12 +70,58 @@ func (t *targetSpec) UnmarshalYAML(n *yaml.Node) error {
 		t.URL = n.Value
 		return nil
 	}
+	// Node.Decode is not strict (it has no KnownFields switch), so the
+	// keys are checked here, at the line they are on.
+	if err := checkKeys(n, "url", "weight"); err != nil {
+		return err
+	}
 	type plain targetSpec
 	var p plain
-	if err := decodeStrict(n, &p); err != nil {
+	if err := n.Decode(&p); err != nil {
 		return err
 	}
 	*t = targetSpec(p)
+	return nil
+}
+
+// checkKeys refuses a key of the mapping n (or of a mapping merged into
+// it with <<) that is not one of known, as a *yaml.TypeError.
+func checkKeys(n *yaml.Node, known ...string) error {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if k.Value == "<<" && k.Tag == "!!merge" {
+			for _, m := range merged(n.Content[i+1]) {
+				if err := checkKeys(m, known...); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if !slices.Contains(known, k.Value) {
+			// A TypeError lets yaml go on and report every error
+			// in the file, not this one alone.
+			return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: unknown key %s (want %s)", k.Line, k.Value, strings.Join(known, " or "))}}
+		}
+	}
+	return nil
+}
+
+// merged returns the mappings that the value v of a << key merges: a
+// mapping, an alias of one, or a sequence of those.
+func merged(v *yaml.Node) []*yaml.Node {
+	for v.Kind == yaml.AliasNode {
+		v = v.Alias
+	}
+	switch v.Kind {
+	case yaml.MappingNode:
+		return []*yaml.Node{v}
+	case yaml.SequenceNode:
+		var out []*yaml.Node
+		for _, e := range v.Content {
+			out = append(out, merged(e)...)
+		}
+		return out
+	}
 	return nil
 }
 
@@ -85,8 +133,16 @@ type healthSpec struct {
 	Fall     int      `yaml:"fall"`
 }
 
-// fileConfig is the config file's top level.
-type fileConfig struct {
+// fileConfig is the config file's top level. Its defaults and routes are
+// kept as YAML nodes, each route to be decoded over the defaults.
+type fileConfig = fileOf[yaml.Node]
+
+// fileOf is the config file's top level with route fields of type R:
+// fileOf[routeSpec] is the whole file decoded strictly, which loadFile
+// does first so that an unknown key or a wrong type anywhere is reported
+// at its line in the file, and aliases (*name) of anchors (&name) set
+// elsewhere in the file resolve.
+type fileOf[R any] struct {
 	MaxConns        int           `yaml:"max_conns"`
 	Engine          string        `yaml:"engine"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
@@ -94,8 +150,8 @@ type fileConfig struct {
 	LogFormat       string        `yaml:"log_format"`
 	ConnLog         string        `yaml:"conn_log"`
 	Metrics         string        `yaml:"metrics"`
-	Defaults        yaml.Node     `yaml:"defaults"`
-	Routes          []yaml.Node   `yaml:"routes"`
+	Defaults        R             `yaml:"defaults"`
+	Routes          []R           `yaml:"routes"`
 }
 
 // options are the settings outside relay.Config.
@@ -136,12 +192,20 @@ func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
 		}
 		return relay.Config{}, fc, fmt.Errorf("%s: more than one YAML document (a second --- line); put every route in one", path)
 	}
+	// The defaults and routes are decoded below node by node, which
+	// yaml cannot do strictly: check the whole file strictly first.
+	var strict fileOf[routeSpec]
+	sdec := yaml.NewDecoder(bytes.NewReader(data))
+	sdec.KnownFields(true)
+	if err := sdec.Decode(&strict); err != nil {
+		return relay.Config{}, fc, fmt.Errorf("%s: %s", path, oneLine(err))
+	}
 	if fc.ShutdownTimeout < 0 {
 		return relay.Config{}, fc, fmt.Errorf("%s: shutdown_timeout %v is negative", path, fc.ShutdownTimeout)
 	}
 	defaults := base.own()
 	if !fc.Defaults.IsZero() {
-		if err := decodeStrict(&fc.Defaults, &defaults); err != nil {
+		if err := fc.Defaults.Decode(&defaults); err != nil {
 			return relay.Config{}, fc, fmt.Errorf("%s: defaults: %s", path, oneLine(err))
 		}
 	}
@@ -157,7 +221,7 @@ func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
 		if hasKey(&fc.Routes[i], "target") || hasKey(&fc.Routes[i], "targets") {
 			spec.Target, spec.Targets = "", nil
 		}
-		if err := decodeStrict(&fc.Routes[i], &spec); err != nil {
+		if err := fc.Routes[i].Decode(&spec); err != nil {
 			errs = append(errs, fmt.Errorf("%s: route %d: %s", path, i+1, oneLine(err)))
 			continue
 		}
@@ -179,25 +243,16 @@ func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
 	return cfg, fc, errors.Join(errs...)
 }
 
-// decodeStrict decodes n into v, refusing unknown fields. yaml.v3's
-// Node.Decode has no KnownFields switch, so the node is re-encoded and
-// decoded by a strict Decoder.
-func decodeStrict(n *yaml.Node, v any) error {
-	b, err := yaml.Marshal(n)
-	if err != nil {
-		return err
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(b))
-	dec.KnownFields(true)
-	return dec.Decode(v)
-}
-
-// oneLine folds yaml's multi-line error lists into one line.
+// oneLine folds yaml's multi-line error lists into one line, and names
+// an unknown key as such rather than by the Go type that lacks it.
 func oneLine(err error) string {
 	s := strings.TrimPrefix(err.Error(), "yaml: ")
 	s = strings.ReplaceAll(s, "unmarshal errors:\n  ", "")
+	s = unknownField.ReplaceAllString(s, "unknown key $1")
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
 }
+
+var unknownField = regexp.MustCompile(`field (\S+) not found in type \S+`)
 
 // route maps a spec onto a relay.Route: it parses what is written as
 // text (addresses, CIDRs, modes, names) and leaves every check of values
@@ -293,11 +348,15 @@ func (s routeSpec) own() routeSpec {
 	return s
 }
 
-// hasKey reports whether the mapping node n has key.
+// hasKey reports whether the mapping node n, an alias of one, or a
+// mapping merged into it with <<, has key.
 func hasKey(n *yaml.Node, key string) bool {
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		if n.Content[i].Value == key {
-			return true
+	for _, m := range merged(n) {
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			k := m.Content[i]
+			if k.Value == key || k.Value == "<<" && k.Tag == "!!merge" && hasKey(m.Content[i+1], key) {
+				return true
+			}
 		}
 	}
 	return false

@@ -175,3 +175,77 @@ routes:
 		}
 	}
 }
+
+// TestConfigAnchorsAndLines: YAML anchors set in one part of the file
+// and aliased (or merged with <<) in another resolve, and an error
+// inside a route names the line of the file it is on, not a line of the
+// route re-encoded on its own.
+func TestConfigAnchorsAndLines(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "r.yaml")
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(`
+defaults:
+  targets: [tcp://127.0.0.1:9]
+routes:
+  - &a
+    name: a
+    listen: tcp://127.0.0.1:1
+    target: tcp://127.0.0.1:2
+    idle_timeout: 1m
+  - <<: *a
+    name: b
+    listen: tcp://127.0.0.1:3
+  - name: c
+    listen: tcp://127.0.0.1:4
+    targets: &ts [tcp://127.0.0.1:5, {url: tcp://127.0.0.1:6, weight: 3}]
+  - {name: d, listen: tcp://127.0.0.1:7, targets: *ts}
+`)
+	cfg, _, err := loadFile(p, routeSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Routes) != 4 {
+		t.Fatalf("%d routes, want 4", len(cfg.Routes))
+	}
+	b, d := cfg.Routes[1], cfg.Routes[3]
+	if b.Name != "b" || b.Listen.String() != "tcp://127.0.0.1:3" || len(b.Targets) != 1 || b.Targets[0].Addr.String() != "tcp://127.0.0.1:2" || b.IdleTimeout != time.Minute {
+		t.Errorf("route merged from a: %+v", b)
+	}
+	if len(d.Targets) != 2 || d.Targets[1].Weight != 3 {
+		t.Errorf("route with aliased targets: %+v", d.Targets)
+	}
+
+	write(`max_conns: 10
+defaults:
+  idle_timeout: 1m
+routes:
+  - name: a
+    listen: tcp://127.0.0.1:1
+    target: tcp://127.0.0.1:2
+  - name: b
+    listen: tcp://127.0.0.1:3
+    target: tcp://127.0.0.1:2
+    idle_timout: 5s
+  - name: c
+    listen: tcp://127.0.0.1:4
+    targets:
+      - url: tcp://127.0.0.1:2
+        weight: x
+      - {url: tcp://127.0.0.1:2, wieght: 2}
+`)
+	_, _, err = loadFile(p, routeSpec{})
+	want := []string{"line 11: unknown key idle_timout", "line 16: cannot unmarshal", "line 17: unknown key wieght"}
+	for _, w := range want {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("error %v: want it to contain %q", err, w)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "main.") {
+		t.Errorf("error %v names a Go type", err)
+	}
+}
