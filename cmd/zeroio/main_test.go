@@ -855,3 +855,27 @@ func TestCheckConfig(t *testing.T) {
 		t.Errorf("a second YAML document: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestReloadConnLogUnset: a reload of a file that no longer sets conn_log
+// brings the connection lines back to --conn-log's default (debug), as
+// for log_level, rather than keeping the level the file used to give.
+func TestReloadConnLogUnset(t *testing.T) {
+	backend := echoServer(t, "tcp", "127.0.0.1:0").Addr().String()
+	listen := freeAddr(t)
+	conf := filepath.Join(t.TempDir(), "relay.yaml")
+	write := func(extra string) {
+		os.WriteFile(conf, fmt.Appendf(nil, "%sroutes:\n  - {name: a, listen: tcp://%s, target: tcp://%s}\n", extra, listen, backend), 0o644)
+	}
+	write("conn_log: off\n")
+	p := startProc(t, 1, "-c", conf) // at log level debug
+	write("")
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.waitLog(t, "reloaded", 1)
+	c, err := net.Dial("tcp", listen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ping(t, c)
+	c.Close()
+	p.waitLog(t, "connection", 1)
+}

@@ -381,12 +381,9 @@ func (f *relayFlags) reload(srv *relay.Server, log *slog.Logger) {
 		return
 	}
 	cfg.MaxConns = maxConns(f.set["max-conns"], f.global, fc)
-	// conn_log follows the file unless --conn-log was given.
-	connLog := f.opt.connLog
-	if !f.set["conn-log"] && fc.ConnLog != "" {
-		connLog = fc.ConnLog
-	}
-	if cfg.ConnLog, err = connLogLevel(connLog); err != nil {
+	// conn_log follows the file unless --conn-log was given, and goes
+	// back to the flag's default when the file no longer sets it.
+	if cfg.ConnLog, err = connLogLevel(f.fileOpt("conn-log", fc.ConnLog)); err != nil {
 		log.Error("reload failed; keeping the running config", "err", err)
 		return
 	}
