@@ -226,6 +226,7 @@ func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
 			continue
 		}
 		spec.ownUnix = spec.setsUnix()
+		spec.dropInapplicable(func(key string) bool { return hasKey(&fc.Routes[i], key) })
 		for _, f := range []struct{ own, def *string }{
 			{&spec.UnixMode, &defaults.UnixMode}, {&spec.UnixUser, &defaults.UnixUser}, {&spec.UnixGroup, &defaults.UnixGroup},
 		} {
@@ -334,6 +335,37 @@ func (s routeSpec) route() (relay.Route, error) {
 		return fail("send_proxy %q: want v1 or v2", s.SendProxy)
 	}
 	return r, nil
+}
+
+// dropInapplicable clears the settings s inherited (from the file's
+// defaults or the flags) that cannot apply to its kind of listen address:
+// health checks and the PROXY protocol on a UDP route, several workers on
+// a Unix socket. A default is meant for the routes it fits, as unix_mode
+// is; without this, --health-interval or a defaults' send_proxy made
+// every UDP route in the file an error. Written in the route itself
+// (own reports the route's keys), such a setting is still refused.
+func (s *routeSpec) dropInapplicable(own func(key string) bool) {
+	l, err := relay.ParseAddr(s.Listen)
+	if err != nil {
+		return // route reports it
+	}
+	if l.Datagram() {
+		if !own("health_check") {
+			s.HealthCheck = nil
+		}
+		if !own("send_proxy") {
+			s.SendProxy = ""
+		}
+		if !own("accept_proxy") {
+			s.AcceptProxy = false
+		}
+		if !own("trusted_proxies") {
+			s.TrustedProxies = nil
+		}
+	}
+	if l.Network == "unix" && !own("workers") {
+		s.Workers = 0
+	}
 }
 
 // own returns a copy of s whose health_check is its own: decoding a

@@ -249,3 +249,66 @@ routes:
 		t.Errorf("error %v names a Go type", err)
 	}
 }
+
+// TestConfigDefaultsFitTheRoute: defaults (from the file or the flags)
+// that cannot apply to a route's kind of listen address, health checks
+// and the PROXY protocol on UDP, workers on a Unix socket, do not reach
+// it, while the same settings written in the route itself are refused.
+func TestConfigDefaultsFitTheRoute(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "r.yaml")
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	routes := `routes:
+  - {name: t, listen: tcp://127.0.0.1:1, target: tcp://127.0.0.1:2}
+  - {name: u, listen: udp://127.0.0.1:3, target: udp://127.0.0.1:4}
+  - {name: x, listen: unix:///run/x.sock, target: tcp://127.0.0.1:2}
+`
+	check := func(cfg relay.Config) {
+		t.Helper()
+		if _, err := relay.New(cfg); err != nil {
+			t.Fatal(err)
+		}
+		tr, u, x := cfg.Routes[0], cfg.Routes[1], cfg.Routes[2]
+		if tr.HealthCheck.Interval != 2*time.Second || tr.SendProxy != 2 || tr.Workers != 2 {
+			t.Errorf("TCP route lost its defaults: %+v", tr)
+		}
+		if u.HealthCheck.Interval != 0 || u.SendProxy != 0 || u.Workers != 2 {
+			t.Errorf("UDP route: %+v", u)
+		}
+		if x.Workers > 1 || x.SendProxy != 2 || x.HealthCheck.Interval != 2*time.Second {
+			t.Errorf("Unix route: %+v", x)
+		}
+	}
+	write("defaults:\n  health_check: {interval: 2s}\n  send_proxy: v2\n  workers: 2\n" + routes)
+	cfg, _, err := loadFile(p, routeSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(cfg)
+	write(routes)
+	cfg, _, err = loadFile(p, routeSpec{HealthCheck: &healthSpec{Interval: duration(2 * time.Second)}, SendProxy: "v2", Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(cfg)
+
+	// The route's own settings are still refused.
+	for _, route := range []string{
+		"{listen: udp://127.0.0.1:3, target: udp://127.0.0.1:4, health_check: {interval: 2s}}",
+		"{listen: udp://127.0.0.1:3, target: udp://127.0.0.1:4, send_proxy: v1}",
+		"{listen: unix:///run/x.sock, target: tcp://127.0.0.1:2, workers: 2}",
+	} {
+		write("routes:\n  - " + route + "\n")
+		cfg, _, err := loadFile(p, routeSpec{})
+		if err == nil {
+			_, err = relay.New(cfg)
+		}
+		if err == nil {
+			t.Errorf("%s: accepted", route)
+		}
+	}
+}

@@ -81,7 +81,8 @@ Examples:
   zeroio relay -c relay.yaml --pprof 127.0.0.1:6060
 
 Config file (YAML; unknown keys are errors; route fields not set take the
-file's defaults, then the flags):
+file's defaults, then the flags, where they apply to the route: not health
+checks or PROXY headers to UDP, nor workers to a Unix socket):
 
   max_conns: 10000            # all routes together
   engine: event               # event or goroutine (--engine); a restart changes it
