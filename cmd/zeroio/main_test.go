@@ -879,3 +879,39 @@ func TestReloadConnLogUnset(t *testing.T) {
 	c.Close()
 	p.waitLog(t, "connection", 1)
 }
+
+// TestReloadEngineWarning: naming the engine the relay already runs (its
+// platform's default) in the file is no change and draws no warning; a
+// different engine draws one, but only from a reload that is applied.
+func TestReloadEngineWarning(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("one engine only")
+	}
+	const warn = "the engine changes only at a restart; keeping the running one"
+	listen := freeAddr(t)
+	conf := filepath.Join(t.TempDir(), "relay.yaml")
+	write := func(extra string) {
+		os.WriteFile(conf, fmt.Appendf(nil, "%sroutes:\n  - {name: a, listen: tcp://%s, target: tcp://127.0.0.1:1}\n", extra, listen), 0o644)
+	}
+	write("")
+	p := startProc(t, 1, "-c", conf)
+	write("engine: event\n")
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.waitLog(t, "reloaded", 1)
+	if n := len(p.logs(warn)); n != 0 {
+		t.Fatalf("engine: event on the event engine: %d warnings", n)
+	}
+	write("engine: goroutine\nconn_log: bogus\n")
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.waitLog(t, "reload failed; keeping the running config", 1)
+	if n := len(p.logs(warn)); n != 0 {
+		t.Fatalf("a failed reload warned about the engine")
+	}
+	write("engine: goroutine\n")
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	p.waitLog(t, "reloaded", 2)
+	w := p.logs(warn)
+	if len(w) != 1 || w[0]["engine"] != "event" || w[0]["file"] != "goroutine" {
+		t.Fatalf("warnings %v", w)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -391,9 +392,6 @@ func (f *relayFlags) reload(srv *relay.Server, log *slog.Logger) {
 	// relay.Server.Update keeps the engine the relay started with; a new
 	// one in the file takes a restart.
 	cfg.Engine = engine(f.set["engine"], f.engine, fc)
-	if cfg.Engine != f.started {
-		log.Warn("the engine changes only at a restart; keeping the running one", "engine", f.started, "file", cfg.Engine)
-	}
 	// The process's settings follow the file too, unless a flag gave
 	// them, as at start: the log level and the shutdown timeout at once;
 	// the log format and the metrics address take a restart.
@@ -422,6 +420,10 @@ func (f *relayFlags) reload(srv *relay.Server, log *slog.Logger) {
 	}
 	f.level.Set(lvl)
 	f.opt.logLevel, f.opt.shutdownTimeout = level, timeout
+	// "" is the platform's default: naming it changes nothing.
+	if running, file := effectiveEngine(f.started), effectiveEngine(cfg.Engine); file != running {
+		log.Warn("the engine changes only at a restart; keeping the running one", "engine", running, "file", file)
+	}
 	if format != f.opt.logFormat {
 		log.Warn("the log format changes only at a restart; keeping the running one", "log_format", f.opt.logFormat, "file", format)
 	}
@@ -461,6 +463,19 @@ func engine(flagSet bool, flagEngine string, fc fileConfig) string {
 		return flagEngine
 	}
 	return fc.Engine
+}
+
+// effectiveEngine is the engine name the relay runs for name: name
+// itself, or for "" the platform's default (event on Linux, where the
+// relay package has it; goroutine elsewhere).
+func effectiveEngine(name string) string {
+	if name != "" {
+		return name
+	}
+	if runtime.GOOS == "linux" {
+		return relay.EngineEvent
+	}
+	return relay.EngineGoroutine
 }
 
 // newLogger returns the relay's logger, at level, which it sets in lv for
