@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"os"
 	"regexp"
@@ -31,11 +32,11 @@ type routeSpec struct {
 	ALPN               []string     `yaml:"alpn"`
 	PeekTimeout        duration     `yaml:"peek_timeout"`
 	ListenOverlap      bool         `yaml:"listen_overlap"`
-	Workers            int          `yaml:"workers"`
+	Workers            integer      `yaml:"workers"`
 	DialTimeout        duration     `yaml:"dial_timeout"`
 	IdleTimeout        duration     `yaml:"idle_timeout"`
-	MaxConns           int          `yaml:"max_conns"`
-	MaxConnsPerClient  int          `yaml:"max_conns_per_client"`
+	MaxConns           integer      `yaml:"max_conns"`
+	MaxConnsPerClient  integer      `yaml:"max_conns_per_client"`
 	Allow              []string     `yaml:"allow"`
 	Deny               []string     `yaml:"deny"`
 	SendProxy          string       `yaml:"send_proxy"`
@@ -45,8 +46,8 @@ type routeSpec struct {
 	KeepAlive          duration     `yaml:"keepalive"`
 	Nagle              bool         `yaml:"nagle"`
 	SessionTimeout     duration     `yaml:"session_timeout"`
-	MaxSessions        int          `yaml:"max_sessions"`
-	UDPBuffer          int          `yaml:"udp_buffer"`
+	MaxSessions        integer      `yaml:"max_sessions"`
+	UDPBuffer          integer      `yaml:"udp_buffer"`
 	UnixMode           string       `yaml:"unix_mode"`
 	UnixUser           string       `yaml:"unix_user"`
 	UnixGroup          string       `yaml:"unix_group"`
@@ -61,8 +62,8 @@ type routeSpec struct {
 // targetSpec is one entry of a route's targets: a URL, or a mapping
 // with the URL and a weight.
 type targetSpec struct {
-	URL    string `yaml:"url"`
-	Weight *int   `yaml:"weight"`
+	URL    string   `yaml:"url"`
+	Weight *integer `yaml:"weight"`
 }
 
 func (t *targetSpec) UnmarshalYAML(n *yaml.Node) error {
@@ -125,12 +126,37 @@ func merged(v *yaml.Node) []*yaml.Node {
 	return nil
 }
 
+// integer is an int of the config file. yaml would decode a number with
+// a fraction into an int by truncating it: weight: 0.5 became 0, a target
+// that takes no new clients, and max_conns_per_client: 0.9 no limit at
+// all. A fraction, or a number too large for an int, is an error.
+type integer int
+
+func (i *integer) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!float" {
+		what := "is not a whole number"
+		if f, err := strconv.ParseFloat(strings.ReplaceAll(n.Value, "_", ""), 64); err == nil && f == math.Trunc(f) {
+			what = "is out of range"
+			if math.Abs(f) <= 1<<53 { // exact in a float64, and fits an int64
+				what = fmt.Sprintf("is not written as an integer (%d)", int64(f))
+			}
+		}
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %s %s", n.Line, n.Value, what)}}
+	}
+	var v int
+	if err := n.Decode(&v); err != nil {
+		return err
+	}
+	*i = integer(v)
+	return nil
+}
+
 // healthSpec is a route's health_check.
 type healthSpec struct {
 	Interval duration `yaml:"interval"`
 	Timeout  duration `yaml:"timeout"`
-	Rise     int      `yaml:"rise"`
-	Fall     int      `yaml:"fall"`
+	Rise     integer  `yaml:"rise"`
+	Fall     integer  `yaml:"fall"`
 }
 
 // fileConfig is the config file's top level. Its defaults and routes are
@@ -143,7 +169,7 @@ type fileConfig = fileOf[yaml.Node]
 // at its line in the file, and aliases (*name) of anchors (&name) set
 // elsewhere in the file resolve.
 type fileOf[R any] struct {
-	MaxConns        int           `yaml:"max_conns"`
+	MaxConns        integer       `yaml:"max_conns"`
 	Engine          string        `yaml:"engine"`
 	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
 	LogLevel        string        `yaml:"log_level"`
@@ -212,7 +238,7 @@ func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
 	if len(fc.Routes) == 0 {
 		return relay.Config{}, fc, fmt.Errorf("%s: no routes (add a routes: list with listen and target)", path)
 	}
-	cfg := relay.Config{MaxConns: fc.MaxConns}
+	cfg := relay.Config{MaxConns: int(fc.MaxConns)}
 	var errs []error
 	for i := range fc.Routes {
 		spec := defaults.own()
@@ -277,12 +303,12 @@ func (s routeSpec) route() (relay.Route, error) {
 		return fail("listen: %v", err)
 	}
 	r := relay.Route{
-		Name: s.Name, Listen: listen, Workers: s.Workers, Balance: relay.Balance(s.Balance),
+		Name: s.Name, Listen: listen, Workers: int(s.Workers), Balance: relay.Balance(s.Balance),
 		DialTimeout: time.Duration(s.DialTimeout), IdleTimeout: time.Duration(s.IdleTimeout),
-		MaxConns: s.MaxConns, MaxConnsPerClient: s.MaxConnsPerClient,
+		MaxConns: int(s.MaxConns), MaxConnsPerClient: int(s.MaxConnsPerClient),
 		AcceptProxy: s.AcceptProxy, ProxyHeaderTimeout: time.Duration(s.ProxyHeaderTimeout),
 		KeepAlive: time.Duration(s.KeepAlive), Nagle: s.Nagle,
-		SessionTimeout: time.Duration(s.SessionTimeout), MaxSessions: s.MaxSessions, UDPBuffer: s.UDPBuffer,
+		SessionTimeout: time.Duration(s.SessionTimeout), MaxSessions: int(s.MaxSessions), UDPBuffer: int(s.UDPBuffer),
 		SNI: s.SNI, ALPN: s.ALPN, PeekTimeout: time.Duration(s.PeekTimeout), ListenOverlap: s.ListenOverlap,
 	}
 	if s.Target != "" {
@@ -295,12 +321,12 @@ func (s routeSpec) route() (relay.Route, error) {
 		}
 		w := 1
 		if t.Weight != nil {
-			w = *t.Weight
+			w = int(*t.Weight)
 		}
 		r.Targets = append(r.Targets, relay.Target{Addr: a, Weight: w})
 	}
 	if h := s.HealthCheck; h != nil {
-		r.HealthCheck = relay.HealthCheck{Interval: time.Duration(h.Interval), Timeout: time.Duration(h.Timeout), Rise: h.Rise, Fall: h.Fall}
+		r.HealthCheck = relay.HealthCheck{Interval: time.Duration(h.Interval), Timeout: time.Duration(h.Timeout), Rise: int(h.Rise), Fall: int(h.Fall)}
 	}
 	for _, l := range []struct {
 		what string

@@ -312,3 +312,39 @@ func TestConfigDefaultsFitTheRoute(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigIntegers: a number with a fraction where the file wants a
+// whole number is an error, not truncated (weight: 0.5 became 0, a
+// target that takes no clients; max_conns_per_client: 0.9 no limit).
+func TestConfigIntegers(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "r.yaml")
+	for _, c := range []struct{ body, want string }{
+		{"routes:\n  - {listen: tcp://127.0.0.1:1, targets: [{url: tcp://127.0.0.1:2, weight: 0.5}, tcp://127.0.0.1:3]}\n", "line 2: 0.5 is not a whole number"},
+		{"routes:\n  - {listen: tcp://127.0.0.1:1, target: tcp://127.0.0.1:2, max_conns_per_client: 0.9}\n", "0.9 is not a whole number"},
+		{"routes:\n  - {listen: tcp://127.0.0.1:1, target: tcp://127.0.0.1:2, workers: 2.5}\n", "2.5 is not a whole number"},
+		{"routes:\n  - {listen: tcp://127.0.0.1:1, target: tcp://127.0.0.1:2, health_check: {interval: 1s, rise: 1.9}}\n", "1.9 is not a whole number"},
+		{"max_conns: 5e9\nroutes:\n  - {listen: tcp://127.0.0.1:1, target: tcp://127.0.0.1:2}\n", "line 1: 5e9 is not written as an integer (5000000000)"},
+		{"max_conns: 1e3\nroutes:\n  - {listen: tcp://127.0.0.1:1, target: tcp://127.0.0.1:2}\n", "line 1: 1e3 is not written as an integer (1000)"},
+		{"max_conns: 99999999999999999999\nroutes:\n  - {listen: tcp://127.0.0.1:1, target: tcp://127.0.0.1:2}\n", "99999999999999999999 is out of range"},
+		{"defaults: {max_sessions: 10.0}\nroutes:\n  - {listen: udp://127.0.0.1:1, target: udp://127.0.0.1:2}\n", "10.0 is not written as an integer (10)"},
+	} {
+		if err := os.WriteFile(p, []byte(c.body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := loadFile(p, routeSpec{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want %q", c.body, err, c.want)
+		}
+	}
+	// Whole numbers still read, also with _ between digits.
+	if err := os.WriteFile(p, []byte("max_conns: 1_000\nroutes:\n  - {listen: tcp://127.0.0.1:1, targets: [{url: tcp://127.0.0.1:2, weight: 3}], workers: 2}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := loadFile(p, routeSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxConns != 1000 || cfg.Routes[0].Targets[0].Weight != 3 || cfg.Routes[0].Workers != 2 {
+		t.Errorf("max_conns %d, weight %d, workers %d", cfg.MaxConns, cfg.Routes[0].Targets[0].Weight, cfg.Routes[0].Workers)
+	}
+}

@@ -453,7 +453,7 @@ func maxConns(flagSet bool, flagMax int, fc fileConfig) int {
 	if flagSet {
 		return flagMax
 	}
-	return fc.MaxConns
+	return int(fc.MaxConns)
 }
 
 // engine is the engine's name: --engine if it was given, else the file's

@@ -56,7 +56,7 @@ func newRelayFlags() *relayFlags {
 	fs.Var(&f.sni, "sni", "with LISTEN TARGET: take only TLS clients whose ClientHello names this server (`name` or *.wildcard; repeat or comma-separate); others are closed")
 	fs.Var(&f.alpn, "alpn", "with LISTEN TARGET: take only TLS clients offering this ALPN `protocol` (repeat or comma-separate)")
 	fs.Var(&s.PeekTimeout, "peek-timeout", fmt.Sprintf("time allowed for a client's TLS ClientHello on a route chosen by SNI or ALPN (`duration`, default %v)", relay.DefaultPeekTimeout))
-	fs.IntVar(&s.Workers, "workers", 1, "`N` sockets per TCP or UDP route in one SO_REUSEPORT group, sharing accept or reads (Linux)")
+	fs.IntVar((*int)(&s.Workers), "workers", 1, "`N` sockets per TCP or UDP route in one SO_REUSEPORT group, sharing accept or reads (Linux)")
 	fs.StringVar(&s.Balance, "balance", "", "the `policy` that spreads new clients over a route's targets: round-robin (weighted; the default), least-conn or client-hash")
 	fs.Var(&s.DialTimeout, "dial-timeout", fmt.Sprintf("time allowed to connect to a target, over all the targets a client tries: a `duration`, or never (default %v)", relay.DefaultDialTimeout))
 	fs.Var(&s.IdleTimeout, "idle-timeout", fmt.Sprintf("close a stream after this long with no byte moving either way: a `duration`, or never (default %v)", relay.DefaultIdleTimeout))
@@ -65,8 +65,8 @@ func newRelayFlags() *relayFlags {
 	fs.IntVar(&f.healthRise, "health-rise", 0, "`N` passed checks in a row bring a target back up (default 2)")
 	fs.IntVar(&f.healthFall, "health-fall", 0, "`N` failed checks in a row mark a target down (default 3)")
 	fs.IntVar(&f.global, "max-conns", 0, "limit of concurrent streams over all routes (0: none)")
-	fs.IntVar(&s.MaxConns, "max-conns-route", 0, "limit of concurrent streams per route (0: none)")
-	fs.IntVar(&s.MaxConnsPerClient, "max-conns-per-client", 0, "limit of concurrent streams per client IP (0: none)")
+	fs.IntVar((*int)(&s.MaxConns), "max-conns-route", 0, "limit of concurrent streams per route (0: none)")
+	fs.IntVar((*int)(&s.MaxConnsPerClient), "max-conns-per-client", 0, "limit of concurrent streams per client IP (0: none)")
 	fs.Var(&f.allow, "allow", "admit only clients in this `CIDR` (repeat or comma-separate)")
 	fs.Var(&f.deny, "deny", "refuse clients in this `CIDR` (repeat or comma-separate; deny wins)")
 	fs.StringVar(&s.SendProxy, "send-proxy", "", "send a PROXY protocol header of this `version` (v1, v2) to the target")
@@ -76,11 +76,11 @@ func newRelayFlags() *relayFlags {
 	fs.Var(&s.KeepAlive, "keepalive", "turn TCP keep-alive on for both sockets of each stream, probing after this long idle (a `duration`); off by default, as in HAProxy: no system call is spent on it")
 	fs.BoolVar(&s.Nagle, "nagle", false, "enable Nagle's algorithm (by default TCP_NODELAY is set)")
 	fs.Var(&s.SessionTimeout, "session-timeout", fmt.Sprintf("end a UDP session after this long without a datagram (`duration`, default %v)", relay.DefaultSessionTimeout))
-	fs.IntVar(&s.MaxSessions, "max-sessions", 0, fmt.Sprintf("limit of concurrent UDP sessions per route (default %d)", relay.DefaultMaxSessions))
+	fs.IntVar((*int)(&s.MaxSessions), "max-sessions", 0, fmt.Sprintf("limit of concurrent UDP sessions per route (default %d)", relay.DefaultMaxSessions))
 	fs.StringVar(&s.UnixMode, "unix-mode", "", "permission bits of a Unix listen socket's file, in `octal` (0660: owner and group may connect)")
 	fs.StringVar(&s.UnixUser, "unix-user", "", "owner of a Unix listen socket's file: a `user` name or uid (needs privilege)")
 	fs.StringVar(&s.UnixGroup, "unix-group", "", "group of a Unix listen socket's file: a `group` name or gid")
-	fs.IntVar(&s.UDPBuffer, "udp-buffer", 0, fmt.Sprintf("receive and send buffer of a UDP route's sockets (listening and per session), in bytes (default %d)", relay.DefaultUDPBuffer))
+	fs.IntVar((*int)(&s.UDPBuffer), "udp-buffer", 0, fmt.Sprintf("receive and send buffer of a UDP route's sockets (listening and per session), in bytes (default %d)", relay.DefaultUDPBuffer))
 	fs.StringVar(&f.opt.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&f.opt.logFormat, "log-format", "text", "text or json (to stderr)")
 	fs.StringVar(&f.opt.connLog, "conn-log", "debug", "`level` of the line logged for each finished connection (client, route, target, bytes, duration, why it ended): debug, info, warn or off")
@@ -119,7 +119,7 @@ func (f *relayFlags) parse(args []string) error {
 	f.spec.Allow, f.spec.Deny, f.spec.TrustedProxies = f.allow, f.deny, f.trusted
 	f.spec.SNI, f.spec.ALPN = f.sni, f.alpn
 	if f.healthInterval != 0 || f.healthTime != 0 || f.healthRise != 0 || f.healthFall != 0 {
-		f.spec.HealthCheck = &healthSpec{f.healthInterval, f.healthTime, f.healthRise, f.healthFall}
+		f.spec.HealthCheck = &healthSpec{f.healthInterval, f.healthTime, integer(f.healthRise), integer(f.healthFall)}
 	}
 	return nil
 }
