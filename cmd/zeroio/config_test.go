@@ -348,3 +348,22 @@ func TestConfigIntegers(t *testing.T) {
 		t.Errorf("max_conns %d, weight %d, workers %d", cfg.MaxConns, cfg.Routes[0].Targets[0].Weight, cfg.Routes[0].Workers)
 	}
 }
+
+// TestConfigDurationLines: a bad duration is reported at its line, with
+// the file's other errors, not bare.
+func TestConfigDurationLines(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "r.yaml")
+	if err := os.WriteFile(p, []byte(`routes:
+  - {listen: tcp://127.0.0.1:1, target: tcp://127.0.0.1:2}
+  - {listen: tcp://127.0.0.1:3, target: tcp://127.0.0.1:2, idle_timeout: 10}
+  - {listen: tcp://127.0.0.1:4, target: tcp://127.0.0.1:2, dial_timeout: {a: 1}, idle_timeout: ~}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := loadFile(p, routeSpec{})
+	for _, want := range []string{`line 3: "10" is not a duration`, "line 4: want a duration"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v, want it to contain %q", err, want)
+		}
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/zeroio/zeroio/relay"
 )
 
@@ -152,3 +154,18 @@ func (d *duration) Set(s string) error {
 }
 
 func (d *duration) UnmarshalText(b []byte) error { return d.Set(string(b)) }
+
+// UnmarshalYAML reads a duration from the config file. yaml returns a
+// TextUnmarshaler's error bare, without the line, so that "10" is not a
+// duration could not be found in a file of many routes; an error here
+// names its line, and lets yaml report the file's other errors too.
+func (d *duration) UnmarshalYAML(n *yaml.Node) error {
+	err := fmt.Errorf("want a duration (1.5s, 10m, 1h) or never")
+	if n.Kind == yaml.ScalarNode {
+		err = d.Set(n.Value)
+	}
+	if err != nil {
+		return &yaml.TypeError{Errors: []string{fmt.Sprintf("line %d: %v", n.Line, err)}}
+	}
+	return nil
+}
