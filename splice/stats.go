@@ -115,6 +115,17 @@ func ReadStats() Stats {
 	for j := range t {
 		t[j] += overflow[j].Load()
 	}
+	// A gauge goes up on the P that takes a pipe or buffer and down on
+	// the P that gives it back, often another one. Read shard by shard
+	// while copies run, the sum can see a give-back whose take came too
+	// late for the shard already read: one below the truth, and below
+	// zero it wraps to 2^64-1, a spike a scrape would record. The
+	// gauge is at least zero.
+	for _, g := range []counter{cPipesInUse, cBuffersInUse} {
+		if int64(t[g]) < 0 {
+			t[g] = 0
+		}
+	}
 	return Stats{
 		SpliceCopies:        t[cSpliceCopies],
 		SendfileCopies:      t[cSendfileCopies],
