@@ -240,6 +240,7 @@ func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
 	}
 	cfg := relay.Config{MaxConns: int(fc.MaxConns)}
 	var errs []error
+	unnamed := map[string]int{} // listen address -> line of its unnamed route
 	for i := range fc.Routes {
 		spec := defaults.own()
 		spec.UnixMode, spec.UnixUser, spec.UnixGroup = "", "", ""
@@ -264,6 +265,18 @@ func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: line %d: %w", path, fc.Routes[i].Line, err))
 			continue
+		}
+		// A route without a name is named by its listen address, so
+		// two on one address (told apart by sni) would be refused as
+		// `route "tcp://...": name used twice`, naming nothing the
+		// file says: say what is missing, and where.
+		if r.Name == "" {
+			k := r.Listen.String()
+			if first, ok := unnamed[k]; ok {
+				errs = append(errs, fmt.Errorf("%s: line %d: the routes at lines %d and %d both listen on %s: give each a name", path, fc.Routes[i].Line, first, fc.Routes[i].Line, k))
+				continue
+			}
+			unnamed[k] = fc.Routes[i].Line
 		}
 		cfg.Routes = append(cfg.Routes, r)
 	}

@@ -367,3 +367,22 @@ func TestConfigDurationLines(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigUnnamedSharedListen: two routes without names on one listen
+// address are refused with the lines and what to add, not as a name
+// (their address) "used twice" that the file never wrote.
+func TestConfigUnnamedSharedListen(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "r.yaml")
+	if err := os.WriteFile(p, []byte(`routes:
+  - {listen: tcp://127.0.0.1:1, sni: [a.example], target: tcp://127.0.0.1:2}
+  - {listen: tcp://127.0.0.1:1, target: tcp://127.0.0.1:3}
+  - {listen: tcp://127.0.0.1:4, target: tcp://127.0.0.1:3}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := loadFile(p, routeSpec{})
+	want := "line 3: the routes at lines 2 and 3 both listen on tcp://127.0.0.1:1: give each a name"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want %q", err, want)
+	}
+}
