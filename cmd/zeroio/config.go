@@ -289,10 +289,37 @@ func oneLine(err error) string {
 	s := strings.TrimPrefix(err.Error(), "yaml: ")
 	s = strings.ReplaceAll(s, "unmarshal errors:\n  ", "")
 	s = unknownField.ReplaceAllString(s, "unknown key $1")
+	s = intoType.ReplaceAllStringFunc(s, func(m string) string {
+		sep := strings.TrimRight(m, ";\n")
+		sep = m[len(sep):] // the separator the match took, kept
+		for _, t := range goTypes {
+			if strings.HasPrefix(m[len(" into "):], t.prefix) {
+				return ": want " + t.want + sep
+			}
+		}
+		return m
+	})
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
 }
 
-var unknownField = regexp.MustCompile(`field (\S+) not found in type \S+`)
+var (
+	unknownField = regexp.MustCompile(`field (\S+) not found in type \S+`)
+	// intoType is the Go type at the end of yaml's "cannot unmarshal
+	// !!seq into main.routeSpec", which goTypes says in the file's terms.
+	intoType = regexp.MustCompile(` into \S+$| into \S+(;|\n)`)
+	goTypes  = []struct{ prefix, want string }{
+		{"main.fileOf[", "a mapping of settings and routes"},
+		{"main.routeSpec", "a mapping of route settings"},
+		{"main.healthSpec", "a mapping (interval, timeout, rise, fall)"},
+		{"main.plain", "a URL or a mapping (url, weight)"},
+		{"[]main.targetSpec", "a list of targets"},
+		{"[]yaml.Node", "a list of routes"},
+		{"[]string", "a list"},
+		{"time.Duration", "a duration (30s, 1m)"},
+		{"int", "an integer"},
+		{"bool", "true or false"},
+	}
+)
 
 // route maps a spec onto a relay.Route: it parses what is written as
 // text (addresses, CIDRs, modes, names) and leaves every check of values

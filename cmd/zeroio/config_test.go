@@ -386,3 +386,40 @@ func TestConfigUnnamedSharedListen(t *testing.T) {
 		t.Fatalf("error %v, want %q", err, want)
 	}
 }
+
+// TestConfigTypeErrors: a value of the wrong kind is named in the file's
+// terms (a list, a mapping of route settings), not by the Go type it
+// failed to fill, and every such error in the file is reported.
+func TestConfigTypeErrors(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "r.yaml")
+	for body, wants := range map[string][]string{
+		"[]\n":                          {"line 1: cannot unmarshal !!seq: want a mapping of settings and routes"},
+		"routes: {a: 1}\n":              {"want a list of routes"},
+		"routes: [tcp://127.0.0.1:1]\n": {"want a mapping of route settings"},
+		"shutdown_timeout: 30\nroutes: [{listen: tcp://127.0.0.1:1, target: tcp://127.0.0.1:2}]\n": {"want a duration"},
+		"routes:\n  - listen: tcp://127.0.0.1:1\n    target: tcp://127.0.0.1:2\n    health_check: yes\n    nagle: x\n    allow: 10.0.0.0/8\n    workers: two\n": {
+			"line 4: cannot unmarshal !!str `yes`: want a mapping (interval, timeout, rise, fall); ",
+			"line 5: cannot unmarshal !!str `x`: want true or false; ",
+			"line 6: cannot unmarshal !!str `10.0.0.0/8`: want a list; ",
+			"line 7: cannot unmarshal !!str `two`: want an integer",
+		},
+	} {
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := loadFile(p, routeSpec{})
+		if err == nil {
+			t.Errorf("%q: accepted", body)
+			continue
+		}
+		msg := oneLine(err)
+		for _, w := range wants {
+			if !strings.Contains(msg, w) {
+				t.Errorf("%q: error %q, want it to contain %q", body, msg, w)
+			}
+		}
+		if strings.Contains(msg, "main.") || strings.Contains(msg, "yaml.Node") {
+			t.Errorf("%q: error %q names a Go type", body, msg)
+		}
+	}
+}
