@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -44,8 +46,10 @@ func (a Addr) Datagram() bool { return strings.HasPrefix(a.Network, "udp") }
 // udp4, udp6), unix:///absolute/path, unix://relative/path and
 // unix://@abstract. IPv6 hosts go in brackets: tcp://[::1]:8080, with a
 // zone as tcp://[fe80::1%eth0]:80 or tcp://[fe80::1%25eth0]:80. The port
-// is numeric. A missing host is an error whose message says what to
-// write instead (127.0.0.1 for this machine, 0.0.0.0 for every network).
+// is numeric. The host is an IP address or a DNS name (letters, digits,
+// '-', '_' and '.'); a missing host is an error whose message says what
+// to write instead (127.0.0.1 for this machine, 0.0.0.0 to listen on
+// every network).
 func ParseAddr(s string) (Addr, error) {
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok {
@@ -73,13 +77,16 @@ func ParseAddr(s string) (Addr, error) {
 		return Addr{}, fmt.Errorf("address %q: %v (IPv6 hosts go in brackets: %s://[::1]:8080)", s, err, scheme)
 	}
 	if host == "" {
-		return Addr{}, fmt.Errorf("address %q has no host: write %s://127.0.0.1:%s for this machine only, or %s://0.0.0.0:%s to accept from every network", s, scheme, port, scheme, port)
+		return Addr{}, fmt.Errorf("address %q has no host: write %s://127.0.0.1:%s for this machine only, or, to listen on every network, %s://0.0.0.0:%s", s, scheme, port, scheme, port)
 	}
 	if _, err := strconv.ParseUint(port, 10, 16); err != nil || (port[0] == '0' && len(port) > 1) {
 		return Addr{}, fmt.Errorf("address %q: port %q is not a number from 0 to 65535", s, port)
 	}
-	if strings.ContainsAny(host, " /\x00") {
-		return Addr{}, fmt.Errorf("address %q: bad host %q", s, host)
+	if !hostOK(host) {
+		// User info (tcp://user@host:80), paths and the like: a
+		// resolver would look the whole text up as a name and fail
+		// only when the route starts or dials.
+		return Addr{}, fmt.Errorf("address %q: bad host %q: want an IP address or a DNS name", s, host)
 	}
 	if z := strings.IndexByte(host, '%'); z >= 0 && strings.Contains(host, ":") && strings.HasPrefix(host[z:], "%25") {
 		// An IPv6 zone URL-escaped, as RFC 6874 writes it in a URI
@@ -88,6 +95,43 @@ func ParseAddr(s string) (Addr, error) {
 		host = host[:z] + "%" + host[z+3:]
 	}
 	return Addr{Network: scheme, Address: net.JoinHostPort(host, port)}, nil
+}
+
+// hostOK reports whether host, as net.SplitHostPort gives it, is an IP
+// address (an IPv6 one with a zone, URL-escaped or not) or a DNS name.
+func hostOK(host string) bool {
+	if strings.Contains(host, ":") {
+		_, err := netip.ParseAddr(strings.Replace(host, "%25", "%", 1))
+		return err == nil
+	}
+	for i := 0; i < len(host); i++ {
+		switch c := host[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// bindKey names the socket address a listens on, for finding routes that
+// would bind one address under two spellings (tcp and tcp4, ::1 and
+// 0::1, a path and its cleaned form): protocol, IP and port, or the
+// socket path. It returns "" for a host name, whose addresses are the
+// resolver's, and for port 0.
+func (a Addr) bindKey() string {
+	if a.Network == "unix" {
+		if strings.HasPrefix(a.Address, "@") {
+			return "unix " + a.Address
+		}
+		return "unix " + filepath.Clean(a.Address)
+	}
+	ap, err := netip.ParseAddrPort(a.Address)
+	if err != nil || ap.Port() == 0 {
+		return ""
+	}
+	proto := strings.TrimRight(a.Network, "46")
+	return proto + " " + netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
 }
 
 // port returns a's numeric port, 0 for unix.

@@ -46,6 +46,9 @@ func TestParseAddr(t *testing.T) {
 		"http://x:80":           "unknown scheme",
 		"unix://":               "no socket path",
 		"unix://@":              "no socket path",
+		"tcp://u@127.0.0.1:80":  "bad host",
+		"tcp://a/b:80":          "bad host",
+		"tcp://[::1x]:80":       "bad host",
 		"":                      "no scheme",
 	} {
 		_, err := ParseAddr(in)
@@ -61,6 +64,7 @@ func TestParseAddr(t *testing.T) {
 func TestConfigErrors(t *testing.T) {
 	tcp := Addr{Network: "tcp", Address: "127.0.0.1:1"}
 	udp := Addr{Network: "udp", Address: "127.0.0.1:1"}
+	tcp2, udp2 := Addr{Network: "tcp", Address: "127.0.0.1:2"}, Addr{Network: "udp", Address: "127.0.0.1:2"}
 	for name, cfg := range map[string]Config{
 		"empty":            {},
 		"no target":        {Routes: []Route{{Listen: tcp}}},
@@ -71,9 +75,21 @@ func TestConfigErrors(t *testing.T) {
 		"duplicate listen": {Routes: []Route{{Name: "a", Listen: tcp, Target: tcp}, {Name: "b", Listen: tcp, Target: tcp}}},
 		"workers on unix":  {Routes: []Route{{Listen: Addr{Network: "unix", Address: "/tmp/zeroio-x.sock"}, Target: tcp, Workers: 2}}},
 		"unknown engine":   {Routes: []Route{{Listen: tcp, Target: tcp}}, Engine: "threads"},
+		"target port 0":    {Routes: []Route{{Listen: tcp, Target: Addr{Network: "tcp", Address: "127.0.0.1:0"}}}},
+		// One socket address written two ways would bind twice.
+		"tcp and tcp4": {Routes: []Route{{Name: "a", Listen: tcp, Target: tcp2}, {Name: "b", Listen: Addr{Network: "tcp4", Address: "127.0.0.1:1"}, Target: tcp2}}},
+		"::1 and 0::1": {Routes: []Route{
+			{Name: "a", Listen: Addr{Network: "tcp", Address: "[::1]:1"}, Target: tcp},
+			{Name: "b", Listen: Addr{Network: "tcp6", Address: "[0::1]:1"}, Target: tcp}}},
+		"udp mapped": {Routes: []Route{{Name: "a", Listen: udp, Target: udp2}, {Name: "b", Listen: Addr{Network: "udp", Address: "[::ffff:127.0.0.1]:1"}, Target: udp2}}},
+		"unix paths": {Routes: []Route{
+			{Name: "a", Listen: Addr{Network: "unix", Address: "/tmp/zeroio-x.sock"}, Target: tcp},
+			{Name: "b", Listen: Addr{Network: "unix", Address: "/tmp/./zeroio-x.sock"}, Target: tcp}}},
 	} {
 		if _, err := New(cfg); err == nil {
 			t.Errorf("%s: New accepted %+v", name, cfg)
+		} else {
+			t.Logf("%s: %v", name, err)
 		}
 	}
 }

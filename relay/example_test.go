@@ -56,5 +56,5 @@ func ExampleParseAddr() {
 	// Output:
 	// tcp [::1]:8080
 	// unix /run/app.sock
-	// error: address "tcp://:8080" has no host: write tcp://127.0.0.1:8080 for this machine only, or tcp://0.0.0.0:8080 to accept from every network
+	// error: address "tcp://:8080" has no host: write tcp://127.0.0.1:8080 for this machine only, or, to listen on every network, tcp://0.0.0.0:8080
 }

@@ -35,6 +35,7 @@ func checkFronts(routes []Route) []error {
 		}
 		groups[k] = append(groups[k], i)
 	}
+	errs = append(errs, checkSpellings(routes)...)
 	for _, k := range keys {
 		g := groups[k]
 		first := &routes[g[0]]
@@ -51,6 +52,30 @@ func checkFronts(routes []Route) []error {
 		}
 	}
 	return append(errs, checkOverlap(routes)...)
+}
+
+// checkSpellings refuses routes that listen on one socket address written
+// two ways (tcp://127.0.0.1:80 and tcp4://127.0.0.1:80, [::1] and
+// [0::1]): they would not share a listener, as routes of one address do,
+// and the second bind would fail with "address in use" only at start.
+func checkSpellings(routes []Route) []error {
+	var errs []error
+	seen := map[string]*Route{}
+	for i := range routes {
+		r := &routes[i]
+		k := r.Listen.bindKey()
+		if k == "" {
+			continue
+		}
+		o := seen[k]
+		switch {
+		case o == nil:
+			seen[k] = r
+		case o.Listen != r.Listen:
+			errs = append(errs, fmt.Errorf("routes %q (%s) and %q (%s) listen on one address written two ways: write it the same in both", o.Name, o.Listen, r.Name, r.Listen))
+		}
+	}
+	return errs
 }
 
 // newRouteConf is a route holding r alone, for checks.

@@ -305,6 +305,8 @@ func (r *Route) validateTargets(bad func(string, ...any)) {
 			bad("target %s: weight %d: want 0 to %d", t.Addr, t.Weight, MaxWeight)
 		case seen[t.Addr]:
 			bad("target %s listed twice", t.Addr)
+		case t.Addr.Network != "unix" && t.Addr.port() == 0:
+			bad("target %s: port 0 cannot be dialled", t.Addr)
 		}
 		seen[t.Addr] = true
 		positive = positive || t.Weight > 0
