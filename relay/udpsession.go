@@ -322,7 +322,7 @@ func isTimeout(err error) bool {
 func (s *session) failover(err error) {
 	s.b.dialFailed(err)
 	u := s.u
-	if u.rt.targets().npos < 2 {
+	if !hasOther(u.rt.targets(), s.b) {
 		return
 	}
 	u.mu.Lock()
@@ -331,4 +331,17 @@ func (s *session) failover(err error) {
 	}
 	u.mu.Unlock()
 	s.up.Close()
+}
+
+// hasOther reports whether ts has a target other than b that takes new
+// sessions (a positive weight). Counting ts's targets is not enough: b
+// may be one a reload removed or gave weight 0, which a session under
+// way keeps, and the route's one target is then another.
+func hasOther(ts *targetSet, b *backend) bool {
+	for i, o := range ts.bs {
+		if o != b && ts.weights[i] > 0 {
+			return true
+		}
+	}
+	return false
 }

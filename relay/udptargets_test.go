@@ -161,3 +161,31 @@ func TestUDPTargetThatIsTheRelay(t *testing.T) {
 		t.Errorf("route v, whose only target is itself: %d sessions opened, %d datagrams dropped; want none opened, 1 dropped", st.SessionsTotal, st.DropsWriteError)
 	}
 }
+
+// TestUDPSessionLeavesRemovedTargetThatRefuses: a reload moves a UDP
+// route's only target, and the old one goes away. The session under way
+// kept the old target; the refusal that comes back must end it, so that
+// the client's next datagrams open a session on the route's target. It
+// stayed on the removed target instead, because the route has only one
+// target, and every datagram of a client that never went quiet for the
+// session timeout was lost for good.
+func TestUDPSessionLeavesRemovedTargetThatRefuses(t *testing.T) {
+	leakCheck(t)
+	a, b := udpTagServer(t, "A"), udpTagServer(t, "B")
+	cfg := udpRoute0("127.0.0.1:0", a.LocalAddr(), nil)
+	s := startRelay(t, cfg)
+	c := dialUDP(t, s.Addrs("u")[0].(*net.UDPAddr))
+	if got := askUDP(c); got != "A" {
+		t.Fatalf("before the reload: %q", got)
+	}
+	cfg.Routes[0].Target.Address = b.LocalAddr().String()
+	if err := s.Update(cfg); err != nil {
+		t.Fatal(err)
+	}
+	a.Close() // the old target is gone: it answers ICMP port unreachable
+	// askUDP sends again when no answer comes: a datagram or two go to
+	// the old target and are refused, the next must reach B.
+	if got := askUDP(c); got != "B" {
+		t.Fatalf("session on the removed target answered by %q after it refused, want B", got)
+	}
+}
