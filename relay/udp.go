@@ -277,13 +277,28 @@ type readScratch struct {
 func (u *udpRoute) forward(r *Route, s *session, msgs []udp.Message) {
 	st := &u.rt.st
 	sent, err := s.up.WriteAll(msgs)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		// An earlier datagram drew ICMP port unreachable, and the
+		// kernel reports it on this send, which it refused whole: the
+		// pending error fails the next call and is cleared by it
+		// (sock_error in sock_alloc_send_pskb), so msgs[sent] and those
+		// after it were not sent and nothing is known of them. The
+		// target is marked down (failover ends the session if another
+		// target can take the client), and they go on once: on this
+		// socket, or through a new session on another target.
+		s.failover(err)
+		var n int
+		n, err = s.up.WriteAll(msgs[sent:])
+		sent += n
+	}
 	if errors.Is(err, net.ErrClosed) {
-		// s ended after the batch found it: it failed, or the route is
-		// closing. (It cannot have expired since: finding it marked it
-		// used, under the lock its expiry is decided under.) It left the
-		// route's sessions before closing its socket, so session opens a
-		// new one (unless the route is closing), and the datagrams go on
-		// as if they had come a moment later.
+		// s ended after the batch found it: it failed (or failover just
+		// ended it), or the route is closing. (It cannot have expired
+		// since: finding it marked it used, under the lock its expiry is
+		// decided under.) It left the route's sessions before closing
+		// its socket, so session opens a new one (unless the route is
+		// closing), and the datagrams go on as if they had come a moment
+		// later.
 		m := udp.Message{Addr: s.client, Local: s.local, IfIndex: s.ifidx}
 		s2 := u.session(r, s.ln.Load(), &m, time.Now().UnixNano(), uint64(len(msgs)-sent))
 		if s2 == nil { // dropped, and counted by session under its reason
@@ -299,9 +314,10 @@ func (u *udpRoute) forward(r *Route, s *session, msgs []udp.Message) {
 	}
 	st.udpPacketsUp.Add(uint64(sent))
 	if err != nil {
-		// ECONNREFUSED: an earlier datagram drew ICMP port unreachable
-		// from the target (udp(7)); the rest of the batch is lost, and
-		// counted, and the client's next datagrams go to another target.
+		// ECONNREFUSED again, on the retry: a datagram sent since drew
+		// ICMP port unreachable (udp(7)); the rest of the batch is lost,
+		// and counted, and the client's next datagrams go to another
+		// target.
 		st.udpDropWrite.Add(uint64(len(msgs) - sent))
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			s.failover(err)
