@@ -39,6 +39,8 @@ type udpRoute struct {
 	mu       sync.Mutex
 	sessions map[sessionKey]*session
 	closed   bool
+
+	sockLog pauseLog // session sockets that would not open (sockFailed)
 }
 
 // udpSock is one of a route's listening sockets, with its reader's state.

@@ -1,7 +1,9 @@
 package relay
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
@@ -92,7 +94,7 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 		if err != nil {
 			st.udpDropWrite.Add(n)
 			st.errDial.Add(1)
-			u.rt.srv.log.Warn("UDP upstream socket failed", "route", u.rt.name, "client", m.Addr, "err", err)
+			u.sockFailed(m.Addr, err)
 			return nil
 		}
 		if u.rt.srv.sendsToSelf(up) {
@@ -129,6 +131,23 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 	u.rt.srv.serveWG.Add(1)
 	go s.run(r.SessionTimeout)
 	return s
+}
+
+// sockFailed logs a session socket that would not open for client, as
+// u.sockLog paces it: the first failure of an episode in full, then a
+// count every 30 s while they go on. Each datagram of a new client tries
+// again, so at the descriptor limit (EMFILE) a line each would flood the
+// log with a line per datagram; the others go to debug level.
+func (u *udpRoute) sockFailed(client netip.AddrPort, err error) {
+	log := u.rt.srv.log
+	switch begins, n := u.sockLog.note(); {
+	case begins:
+		log.Warn("UDP upstream socket failed", "route", u.rt.name, "client", client, "err", err)
+	case n > 0:
+		log.Warn("UDP upstream sockets still failing", "route", u.rt.name, "failures", n, "err", err)
+	case log.Enabled(context.Background(), slog.LevelDebug):
+		log.Debug("UDP upstream socket failed", "route", u.rt.name, "client", client, "err", err)
+	}
 }
 
 // lookup, with u.mu held, returns the session for key, marked used at now
