@@ -74,8 +74,10 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 	// stays on one target.
 	// A target without an address (its name does not resolve, or a
 	// reload just dropped it) gives way to the next, and so does one
-	// that is the relay itself under another name: it is marked down
-	// and never taken as a last resort, as a stream's dial to it is.
+	// whose address the session's socket cannot connect to, marked
+	// down. So does one that is the relay itself under another name:
+	// it is marked down and never taken as a last resort, as a
+	// stream's dial to it is.
 	var tried triedSet
 	var b *backend
 	var up *udp.Conn
@@ -92,10 +94,22 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 		var err error
 		up, rc, err = openUpstream(tg, r.UDPBuffer)
 		if err != nil {
-			st.udpDropWrite.Add(n)
 			st.errDial.Add(1)
-			u.sockFailed(m.Addr, err)
-			return nil
+			if exhausted(err) {
+				// The relay's own lack of descriptors or memory: no
+				// other target would do better, and none is to blame.
+				st.udpDropWrite.Add(n)
+				u.sockFailed(m.Addr, err)
+				return nil
+			}
+			// connect(2) refused the target's address itself: no
+			// route to it (ENETUNREACH, an IPv6 target on a host
+			// without IPv6), or an address it cannot reach (EINVAL,
+			// EADDRNOTAVAIL). It fails so for every client: it is
+			// down, as a stream's failed dial marks it, and the
+			// client goes to the next target.
+			b.dialFailed(err)
+			continue
 		}
 		if u.rt.srv.sendsToSelf(up) {
 			up.Close()

@@ -189,3 +189,42 @@ func TestUDPSessionLeavesRemovedTargetThatRefuses(t *testing.T) {
 		t.Fatalf("session on the removed target answered by %q after it refused, want B", got)
 	}
 }
+
+// TestUDPTargetConnectFailsOver: a target whose address connect(2)
+// refuses outright (no route to it, as an IPv6 target on a host without
+// IPv6 gives ENETUNREACH; here a link-local address without a zone,
+// EINVAL) is down for every client: it is marked down, as a stream's
+// failed dial marks it, and the client's datagram goes to the next
+// target. The datagram was dropped, and every client the balancer gave
+// that target lost all its datagrams.
+func TestUDPTargetConnectFailsOver(t *testing.T) {
+	leakCheck(t)
+	if c, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback}); err != nil {
+		t.Skipf("no IPv6: %v", err)
+	} else {
+		c.Close()
+	}
+	b := udpTagServer(t, "B")
+	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"},
+		Targets: []Target{{Addr{"udp", "[fe80::1]:53"}, 1}, {Addr{"udp", b.LocalAddr().String()}, 1}}}}})
+	ra := s.Addrs("u")[0].(*net.UDPAddr)
+	const clients = 4
+	for i := range clients {
+		c := dialUDP(t, ra)
+		if _, err := c.Write([]byte("first")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if n, err := c.Read(buf); err != nil || string(buf[:n]) != "B" {
+			t.Fatalf("client %d: first datagram answered %q, %v; want B", i, buf[:n], err)
+		}
+	}
+	st := s.Stats().Routes[0]
+	if st.DropsWriteError != 0 || st.SessionsTotal != clients {
+		t.Errorf("Stats: %d dropped, %d sessions; want 0, %d", st.DropsWriteError, st.SessionsTotal, clients)
+	}
+	if tg := st.Targets[0]; tg.Up || tg.DialErrors == 0 {
+		t.Errorf("target %s, which connect refuses: %+v; want it down, the failure counted", tg.Addr, tg)
+	}
+}
