@@ -149,9 +149,10 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 
 // sockFailed logs a session socket that would not open for client, as
 // u.sockLog paces it: the first failure of an episode in full, then a
-// count every 30 s while they go on. Each datagram of a new client tries
-// again, so at the descriptor limit (EMFILE) a line each would flood the
-// log with a line per datagram; the others go to debug level.
+// count every 30 s while they go on, the others at debug level. Each
+// datagram of a client without a session tries again, so at the
+// descriptor limit (EMFILE) a line per failure would be a line per
+// datagram.
 func (u *udpRoute) sockFailed(client netip.AddrPort, err error) {
 	log := u.rt.srv.log
 	switch begins, n := u.sockLog.note(); {
