@@ -170,11 +170,14 @@ func (c *Conn) ReadBatch(msgs []Message) (int, error) {
 	}
 }
 
-// ReadQueued reads as [Conn.ReadBatch] does, but never waits: it returns
-// 0 and a nil error when neither the Conn (datagrams an earlier read left
-// pending) nor the socket holds a datagram. It ignores the read deadline.
-// A server that stops can use it to serve what its socket still holds
-// before closing it.
+// ReadQueued reads as [Conn.ReadBatch] does, but never waits for a
+// datagram: it returns 0 and a nil error when neither the Conn (datagrams
+// an earlier read left pending) nor the socket holds one. It ignores the
+// read deadline. Reads are serialized, so it does wait for a ReadBatch or
+// read method that another goroutine has waiting on the socket: stop
+// those first (a read deadline in the past wakes them). A server that
+// stops can use it to serve what its socket still holds before closing
+// it.
 func (c *Conn) ReadQueued(msgs []Message) (int, error) {
 	if len(msgs) == 0 {
 		return 0, nil
