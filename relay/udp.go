@@ -279,16 +279,19 @@ type readScratch struct {
 func (u *udpRoute) forward(r *Route, s *session, msgs []udp.Message) {
 	st := &u.rt.st
 	sent, err := s.up.WriteAll(msgs)
-	if errors.Is(err, syscall.ECONNREFUSED) {
-		// An earlier datagram drew ICMP port unreachable, and the
-		// kernel reports it on this send, which it refused whole: the
-		// pending error fails the next call and is cleared by it
-		// (sock_error in sock_alloc_send_pskb), so msgs[sent] and those
-		// after it were not sent and nothing is known of them. The
-		// target is marked down (failover ends the session if another
-		// target can take the client), and they go on once: on this
-		// socket, or through a new session on another target.
-		s.failover(err)
+	if icmpError(err) {
+		// An earlier datagram drew an ICMP error (port unreachable,
+		// fragmentation needed), and the kernel reports it on this
+		// send, which it refused whole: the pending error fails the
+		// next call and is cleared by it (sock_error in
+		// sock_alloc_send_pskb), so msgs[sent] and those after it were
+		// not sent and nothing is known of them. A refusal marks the
+		// target down (failover ends the session if another target can
+		// take the client); then they go on once: on this socket, or
+		// through a new session on another target.
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			s.failover(err)
+		}
 		var n int
 		n, err = s.up.WriteAll(msgs[sent:])
 		sent += n
@@ -316,9 +319,10 @@ func (u *udpRoute) forward(r *Route, s *session, msgs []udp.Message) {
 	}
 	st.udpPacketsUp.Add(uint64(sent))
 	if err != nil {
-		// ECONNREFUSED again, on the retry: a datagram sent since drew
-		// ICMP port unreachable (udp(7)); the rest of the batch is lost,
-		// and counted, and the client's next datagrams go to another
+		// An error again, on the retry: a datagram too large for the
+		// target, or one sent since drew ICMP port unreachable
+		// (udp(7)); the rest of the batch is lost, and counted, and
+		// after a refusal the client's next datagrams go to another
 		// target.
 		st.udpDropWrite.Add(uint64(len(msgs) - sent))
 		if errors.Is(err, syscall.ECONNREFUSED) {

@@ -1,7 +1,10 @@
 package relay
 
 import (
+	"encoding/binary"
+	"math/rand/v2"
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -99,4 +102,154 @@ func pendingError(t *testing.T, c *udp.Conn) bool {
 		t.Fatal(err)
 	}
 	return revents&unix.POLLERR != 0
+}
+
+// TestUDPSessionOutlivesFragmentationNeeded: an ICMP fragmentation
+// needed from a router on the way to the target (path MTU discovery,
+// which a socket does by default: IP_PMTUDISC_WANT, ip(7)) makes the next
+// call on the session's connected socket fail with EMSGSIZE, once; the
+// kernel fragments to the new path MTU from then on. The session must go
+// on: it ended, as on an unknown error, with a warning, and the client's
+// next datagram opened another, so the target saw the flow come from
+// another port.
+func TestUDPSessionOutlivesFragmentationNeeded(t *testing.T) {
+	leakCheck(t)
+	// A loopback address of its own: the path MTU the ICMP message
+	// sets is the kernel's for the whole host, for ten minutes, and
+	// must not touch other tests' traffic.
+	ip := netip.AddrFrom4([4]byte{127, byte(1 + rand.IntN(250)), byte(1 + rand.IntN(250)), byte(2 + rand.IntN(250))})
+	target, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 0)))
+	if err != nil {
+		t.Skip(err)
+	}
+	defer target.Close()
+	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"}, Target: Addr{"udp", target.LocalAddr().String()}}}})
+	c := dialUDP(t, s.Addrs("u")[0].(*net.UDPAddr))
+	buf := make([]byte, 64)
+	recv := func(want string) netip.AddrPort {
+		t.Helper()
+		target.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, from, err := target.ReadFromUDPAddrPort(buf)
+		if err != nil || string(buf[:n]) != want {
+			t.Fatalf("target got %q, %v; want %q", buf[:n], err, want)
+		}
+		return from
+	}
+	if _, err := c.Write([]byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	from := recv("one")
+	injectFragNeeded(t, from, target.LocalAddr().(*net.UDPAddr).AddrPort(), 65000)
+	// The session's read takes the error at once: give it the time to
+	// end, as it did, before the client sends again.
+	for deadline := time.Now().Add(300 * time.Millisecond); s.Stats().Routes[0].Sessions == 1 && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := c.Write([]byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	if again := recv("two"); again != from {
+		t.Errorf("the flow moved from %v to %v after fragmentation needed", from, again)
+	}
+	if st := s.Stats().Routes[0]; st.SessionsTotal != 1 {
+		t.Errorf("%d sessions for one client, want 1", st.SessionsTotal)
+	}
+}
+
+// injectFragNeeded sends to the loopback an ICMP fragmentation needed
+// (next-hop MTU mtu) that quotes a UDP datagram from src to dst, as a
+// router on the path would: the connected socket at src takes it as
+// EMSGSIZE (udp_err). It needs a raw socket (CAP_NET_RAW) and skips the
+// test without one.
+func injectFragNeeded(t *testing.T, src, dst netip.AddrPort, mtu uint16) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMP)
+	if err != nil {
+		t.Skipf("no raw ICMP socket: %v", err)
+	}
+	defer unix.Close(fd)
+	pkt := make([]byte, 8+20+8)
+	pkt[0], pkt[1] = 3, 4 // destination unreachable, fragmentation needed
+	binary.BigEndian.PutUint16(pkt[6:], mtu)
+	ip := pkt[8:28]
+	ip[0], ip[6], ip[8], ip[9] = 0x45, 0x40, 64, unix.IPPROTO_UDP // DF set
+	binary.BigEndian.PutUint16(ip[2:], uint16(mtu)+1)
+	s4, d4 := src.Addr().As4(), dst.Addr().As4()
+	copy(ip[12:16], s4[:])
+	copy(ip[16:20], d4[:])
+	binary.BigEndian.PutUint16(ip[10:], inetChecksum(ip))
+	uh := pkt[28:]
+	binary.BigEndian.PutUint16(uh[0:], src.Port())
+	binary.BigEndian.PutUint16(uh[2:], dst.Port())
+	binary.BigEndian.PutUint16(uh[4:], mtu+1-20)
+	binary.BigEndian.PutUint16(pkt[2:], inetChecksum(pkt))
+	if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet4{Addr: s4}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// inetChecksum is the Internet checksum of b (RFC 1071).
+func inetChecksum(b []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if len(b)%2 == 1 {
+		sum += uint32(b[len(b)-1]) << 8
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}
+
+// TestUDPStaleFragNeededLosesNoBatch: as TestUDPStaleRefusalLosesNoBatch,
+// for an ICMP fragmentation needed pending on the session's socket: the
+// send it fails (EMSGSIZE) sent nothing, and the batch must go on. It
+// was dropped whole.
+func TestUDPStaleFragNeededLosesNoBatch(t *testing.T) {
+	leakCheck(t)
+	// A loopback address of its own, as in
+	// TestUDPSessionOutlivesFragmentationNeeded.
+	ip := netip.AddrFrom4([4]byte{127, byte(1 + rand.IntN(250)), byte(1 + rand.IntN(250)), byte(2 + rand.IntN(250))})
+	target, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 0)))
+	if err != nil {
+		t.Skip(err)
+	}
+	defer target.Close()
+	tAddr := target.LocalAddr().(*net.UDPAddr).AddrPort()
+	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"}, Target: Addr{"udp", tAddr.String()}}}})
+	c := dialUDP(t, s.Addrs("u")[0].(*net.UDPAddr))
+	s.mu.Lock()
+	rt := s.routes["u"]
+	s.mu.Unlock()
+	u := rt.udp
+	// The session the reader found; the test plays the reader, and no
+	// session goroutine collects the error.
+	up, rc, err := openUpstream(&udpTarget{network: "udp4", addr: tAddr}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	sess := &session{u: u, b: rt.targets().bs[0], client: c.LocalAddr().(*net.UDPAddr).AddrPort(), up: up, rc: rc}
+	sess.ln.Store(u.first.Load())
+	injectFragNeeded(t, up.AddrPort(), tAddr, 65000)
+	waitFor(t, func() bool { return pendingError(t, up) })
+	// Sizes that GSO does not coalesce: each goes out as a datagram
+	// of its own, which a pending error fails without GSO's retry.
+	batch := []udp.Message{{Buf: []byte("one")}, {Buf: []byte("three")}, {Buf: []byte("two")}}
+	u.forward(rt.cfg.Load(), sess, batch)
+	buf := make([]byte, 64)
+	for _, m := range batch {
+		target.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, _, err := target.ReadFrom(buf)
+		if err != nil {
+			t.Fatalf("waiting for %q: %v (stats %+v)", m.Buf, err, s.Stats().Routes[0])
+		}
+		if string(buf[:n]) != string(m.Buf) {
+			t.Fatalf("got %q, want %q", buf[:n], m.Buf)
+		}
+	}
+	if st := s.Stats().Routes[0]; st.DropsWriteError != 0 || st.PacketsUp != 3 {
+		t.Errorf("Stats: %d dropped on write, %d relayed; want 0, 3", st.DropsWriteError, st.PacketsUp)
+	}
 }

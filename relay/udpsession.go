@@ -259,12 +259,14 @@ func (s *session) run(timeout time.Duration) {
 			}
 			s.up.SetReadDeadline(deadline)
 		case icmpError(err):
-			// The target's host or port answered ICMP unreachable (a
-			// later read reports it once). ECONNREFUSED, nobody on the
-			// port: the target is marked down and, if the route has
-			// another, the session ends so that the client's next
-			// datagrams open one on another target. Otherwise the
-			// session stays: the target may come back.
+			// The target's host or port answered ICMP unreachable, or
+			// a router on the way fragmentation needed (a later read
+			// reports it once). ECONNREFUSED, nobody on the port: the
+			// target is marked down and, if the route has another,
+			// the session ends so that the client's next datagrams
+			// open one on another target. Otherwise the session
+			// stays: the target may come back, and the kernel
+			// fragments to the path MTU it learnt.
 			if errors.Is(err, syscall.ECONNREFUSED) {
 				s.failover(err)
 			}
@@ -278,9 +280,12 @@ func (s *session) run(timeout time.Duration) {
 }
 
 // icmpError reports whether err is what a connected UDP socket returns
-// after an ICMP error from the target: transient, reported once.
+// after an ICMP error from the target or the path: transient, reported
+// once, by the next call on the socket. EMSGSIZE is an ICMP fragmentation
+// needed: a socket does path MTU discovery by default (IP_PMTUDISC_WANT,
+// ip(7)), and udp_err reports it to a connected one as a hard error.
 func icmpError(err error) bool {
-	for _, e := range []syscall.Errno{syscall.ECONNREFUSED, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.EHOSTDOWN} {
+	for _, e := range []syscall.Errno{syscall.ECONNREFUSED, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.EHOSTDOWN, syscall.EMSGSIZE} {
 		if errors.Is(err, e) {
 			return true
 		}
