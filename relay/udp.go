@@ -7,7 +7,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/zeroio/zeroio/udp"
@@ -289,7 +288,7 @@ func (u *udpRoute) forward(r *Route, s *session, msgs []udp.Message) {
 		// target down (failover ends the session if another target can
 		// take the client); then they go on once: on this socket, or
 		// through a new session on another target.
-		if errors.Is(err, syscall.ECONNREFUSED) {
+		if refusal(err) {
 			s.failover(err)
 		}
 		var n int
@@ -325,7 +324,7 @@ func (u *udpRoute) forward(r *Route, s *session, msgs []udp.Message) {
 		// after a refusal the client's next datagrams go to another
 		// target.
 		st.udpDropWrite.Add(uint64(len(msgs) - sent))
-		if errors.Is(err, syscall.ECONNREFUSED) {
+		if refusal(err) {
 			s.failover(err)
 		}
 	}

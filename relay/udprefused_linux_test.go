@@ -253,3 +253,81 @@ func TestUDPStaleFragNeededLosesNoBatch(t *testing.T) {
 		t.Errorf("Stats: %d dropped on write, %d relayed; want 0, 3", st.DropsWriteError, st.PacketsUp)
 	}
 }
+
+// TestUDPAdminProhibitedIsARefusal: a firewall that rejects the session's
+// datagrams to an IPv6 target answers ICMPv6 administratively prohibited
+// (firewalld's default reject), which a connected socket reports as
+// EACCES (icmpv6_err_convert), as IPv4's ICMP host prohibited is
+// reported as ECONNREFUSED. It is the target refusing: the target is
+// marked down and, with one target, the session goes on. It was taken
+// for an unknown error: the session ended with a warning, for every
+// datagram the firewall rejected, and the target never went down.
+func TestUDPAdminProhibitedIsARefusal(t *testing.T) {
+	leakCheck(t)
+	target, err := net.ListenUDP("udp6", &net.UDPAddr{IP: net.IPv6loopback})
+	if err != nil {
+		t.Skipf("no IPv6: %v", err)
+	}
+	defer target.Close()
+	tAddr := target.LocalAddr().(*net.UDPAddr).AddrPort()
+	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "[::1]:0"}, Target: Addr{"udp", tAddr.String()}}}})
+	c, err := net.DialUDP("udp6", nil, s.Addrs("u")[0].(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, 64)
+	recv := func(want string) netip.AddrPort {
+		t.Helper()
+		target.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, from, err := target.ReadFromUDPAddrPort(buf)
+		if err != nil || string(buf[:n]) != want {
+			t.Fatalf("target got %q, %v; want %q", buf[:n], err, want)
+		}
+		return from
+	}
+	if _, err := c.Write([]byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	from := recv("one")
+	injectICMPv6(t, from, tAddr, 1, 1) // destination unreachable, administratively prohibited
+	waitFor(t, func() bool { return s.Stats().Routes[0].Targets[0].DialErrors > 0 || s.Stats().Routes[0].Sessions == 0 })
+	if _, err := c.Write([]byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	if again := recv("two"); again != from {
+		t.Errorf("the flow moved from %v to %v after a prohibition", from, again)
+	}
+	st := s.Stats().Routes[0]
+	if st.SessionsTotal != 1 || st.Targets[0].DialErrors == 0 {
+		t.Errorf("%d sessions for one client, target %+v; want 1, and the refusal counted", st.SessionsTotal, st.Targets[0])
+	}
+}
+
+// injectICMPv6 sends to src an ICMPv6 error of type typ and code that
+// quotes a UDP datagram from src to dst, as a router or firewall on the
+// path would. The kernel computes the checksum of a raw ICMPv6 socket's
+// messages (RFC 3542). It needs CAP_NET_RAW and skips the test without.
+func injectICMPv6(t *testing.T, src, dst netip.AddrPort, typ, code byte) {
+	fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMPV6)
+	if err != nil {
+		t.Skipf("no raw ICMPv6 socket: %v", err)
+	}
+	defer unix.Close(fd)
+	pkt := make([]byte, 8+40+8)
+	pkt[0], pkt[1] = typ, code
+	ip := pkt[8:48]
+	ip[0] = 0x60
+	binary.BigEndian.PutUint16(ip[4:], 8+3)
+	ip[6], ip[7] = unix.IPPROTO_UDP, 64
+	s16, d16 := src.Addr().As16(), dst.Addr().As16()
+	copy(ip[8:24], s16[:])
+	copy(ip[24:40], d16[:])
+	uh := pkt[48:]
+	binary.BigEndian.PutUint16(uh[0:], src.Port())
+	binary.BigEndian.PutUint16(uh[2:], dst.Port())
+	binary.BigEndian.PutUint16(uh[4:], 8+3)
+	if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet6{Addr: s16}); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -261,13 +261,13 @@ func (s *session) run(timeout time.Duration) {
 		case icmpError(err):
 			// The target's host or port answered ICMP unreachable, or
 			// a router on the way fragmentation needed (a later read
-			// reports it once). ECONNREFUSED, nobody on the port: the
-			// target is marked down and, if the route has another,
-			// the session ends so that the client's next datagrams
-			// open one on another target. Otherwise the session
-			// stays: the target may come back, and the kernel
-			// fragments to the path MTU it learnt.
-			if errors.Is(err, syscall.ECONNREFUSED) {
+			// reports it once). A refusal, nobody on the port or a
+			// firewall's reject: the target is marked down and, if
+			// the route has another, the session ends so that the
+			// client's next datagrams open one on another target.
+			// Otherwise the session stays: the target may come back,
+			// and the kernel fragments to the path MTU it learnt.
+			if refusal(err) {
 				s.failover(err)
 			}
 		default:
@@ -285,12 +285,20 @@ func (s *session) run(timeout time.Duration) {
 // needed: a socket does path MTU discovery by default (IP_PMTUDISC_WANT,
 // ip(7)), and udp_err reports it to a connected one as a hard error.
 func icmpError(err error) bool {
-	for _, e := range []syscall.Errno{syscall.ECONNREFUSED, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.EHOSTDOWN, syscall.EMSGSIZE} {
+	for _, e := range []syscall.Errno{syscall.ECONNREFUSED, syscall.EACCES, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.EHOSTDOWN, syscall.EMSGSIZE} {
 		if errors.Is(err, e) {
 			return true
 		}
 	}
 	return false
+}
+
+// refusal reports whether err, an ICMP error, is the target refusing
+// datagrams: port unreachable (ECONNREFUSED), or administratively
+// prohibited, a firewall's reject, which IPv4 reports as ECONNREFUSED
+// too (icmp_err_convert) and IPv6 as EACCES (icmpv6_err_convert).
+func refusal(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EACCES)
 }
 
 // release returns b's buffer to the pool and b to batches.
@@ -355,7 +363,7 @@ func isTimeout(err error) bool {
 }
 
 // failover marks the session's target down after it refused a datagram
-// (ECONNREFUSED) and, if the route has another target, ends the session:
+// (ECONNREFUSED or EACCES, see refusal) and, if the route has another target, ends the session:
 // it leaves the route's sessions before its socket closes, so that the
 // client's next datagram opens a new session, on a target that is up.
 func (s *session) failover(err error) {
