@@ -363,9 +363,10 @@ func isTimeout(err error) bool {
 }
 
 // failover marks the session's target down after it refused a datagram
-// (ECONNREFUSED or EACCES, see refusal) and, if the route has another target, ends the session:
-// it leaves the route's sessions before its socket closes, so that the
-// client's next datagram opens a new session, on a target that is up.
+// (ECONNREFUSED or EACCES, see refusal) and, if the route has another
+// target, ends the session: it leaves the route's sessions before its
+// socket closes, so that the client's next datagram opens a new session,
+// on a target that is up.
 func (s *session) failover(err error) {
 	s.b.dialFailed(err)
 	u := s.u
