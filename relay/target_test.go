@@ -375,9 +375,20 @@ func TestBadRoutes(t *testing.T) {
 		{"negative dial", func(r *Route) { r.DialTimeout = -time.Second }, "dial timeout -1s is negative"},
 		{"negative idle", func(r *Route) { r.IdleTimeout = -time.Second }, "idle timeout -1s is negative"},
 		{"negative proxy header", func(r *Route) { r.ProxyHeaderTimeout = -1 }, "PROXY header timeout"},
-		{"negative session", func(r *Route) { r.SessionTimeout = -1 }, "session timeout"},
+		{"negative session", func(r *Route) {
+			r.Listen, r.Target = Addr{"udp", "127.0.0.1:7000"}, Addr{"udp", "127.0.0.1:7001"}
+			r.SessionTimeout = -1
+		}, "session timeout"},
 		{"negative keepalive", func(r *Route) { r.KeepAlive = -1 }, "keep-alive"},
-		{"never session", func(r *Route) { r.SessionTimeout = Never }, "cannot be never"},
+		{"never session", func(r *Route) {
+			r.Listen, r.Target = Addr{"udp", "127.0.0.1:7000"}, Addr{"udp", "127.0.0.1:7001"}
+			r.SessionTimeout = Never
+		}, "cannot be never"},
+		{"session on tcp", func(r *Route) { r.SessionTimeout, r.MaxSessions = time.Second, 5 }, "session_timeout, max_sessions: for UDP routes only"},
+		{"limits on udp", func(r *Route) {
+			r.Listen, r.Target = Addr{"udp", "127.0.0.1:7000"}, Addr{"udp", "127.0.0.1:7001"}
+			r.MaxConns, r.IdleTimeout = 5, time.Second
+		}, "max_conns, idle_timeout: for stream (TCP or Unix) routes only"},
 		{"trusted without accept", func(r *Route) { r.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} }, "accept_proxy"},
 		{"check on nothing", func(r *Route) { r.HealthCheck.Rise = 2 }, "need an interval"},
 		{"negative check", func(r *Route) { r.HealthCheck.Interval = -1 }, "negative health check"},

@@ -405,32 +405,44 @@ func (s routeSpec) route() (relay.Route, error) {
 
 // dropInapplicable clears the settings s inherited (from the file's
 // defaults or the flags) that cannot apply to its kind of listen address:
-// health checks and the PROXY protocol on a UDP route, several workers on
-// a Unix socket. A default is meant for the routes it fits, as unix_mode
-// is; without this, --health-interval or a defaults' send_proxy made
-// every UDP route in the file an error. Written in the route itself
-// (own reports the route's keys), such a setting is still refused.
+// health checks, the PROXY protocol and the stream settings (connection
+// limits, dial and idle timeouts, keep-alive, Nagle, peek timeout) on a
+// UDP route, the UDP settings (session timeout and limit, buffer) on a
+// stream route, several workers on a Unix socket. A default is meant for
+// the routes it fits, as unix_mode is; without this, --health-interval or
+// a defaults' send_proxy made every UDP route in the file an error.
+// Written in the route itself (own reports the route's keys), such a
+// setting is still refused.
 func (s *routeSpec) dropInapplicable(own func(key string) bool) {
 	l, err := relay.ParseAddr(s.Listen)
 	if err != nil {
 		return // route reports it
 	}
-	if l.Datagram() {
-		if !own("health_check") {
-			s.HealthCheck = nil
-		}
-		if !own("send_proxy") {
-			s.SendProxy = ""
-		}
-		if !own("accept_proxy") {
-			s.AcceptProxy = false
-		}
-		if !own("trusted_proxies") {
-			s.TrustedProxies = nil
+	drop := func(key string, clear func()) {
+		if !own(key) {
+			clear()
 		}
 	}
-	if l.Network == "unix" && !own("workers") {
-		s.Workers = 0
+	if l.Datagram() {
+		drop("health_check", func() { s.HealthCheck = nil })
+		drop("send_proxy", func() { s.SendProxy = "" })
+		drop("accept_proxy", func() { s.AcceptProxy = false })
+		drop("trusted_proxies", func() { s.TrustedProxies = nil })
+		drop("max_conns", func() { s.MaxConns = 0 })
+		drop("max_conns_per_client", func() { s.MaxConnsPerClient = 0 })
+		drop("dial_timeout", func() { s.DialTimeout = 0 })
+		drop("idle_timeout", func() { s.IdleTimeout = 0 })
+		drop("keepalive", func() { s.KeepAlive = 0 })
+		drop("nagle", func() { s.Nagle = false })
+		drop("proxy_header_timeout", func() { s.ProxyHeaderTimeout = 0 })
+		drop("peek_timeout", func() { s.PeekTimeout = 0 })
+	} else {
+		drop("session_timeout", func() { s.SessionTimeout = 0 })
+		drop("max_sessions", func() { s.MaxSessions = 0 })
+		drop("udp_buffer", func() { s.UDPBuffer = 0 })
+	}
+	if l.Network == "unix" {
+		drop("workers", func() { s.Workers = 0 })
 	}
 }
 

@@ -273,24 +273,27 @@ func TestConfigDefaultsFitTheRoute(t *testing.T) {
 			t.Fatal(err)
 		}
 		tr, u, x := cfg.Routes[0], cfg.Routes[1], cfg.Routes[2]
-		if tr.HealthCheck.Interval != 2*time.Second || tr.SendProxy != 2 || tr.Workers != 2 {
+		if tr.HealthCheck.Interval != 2*time.Second || tr.SendProxy != 2 || tr.Workers != 2 ||
+			tr.IdleTimeout != 5*time.Second || tr.MaxConns != 7 || tr.MaxSessions != 0 {
 			t.Errorf("TCP route lost its defaults: %+v", tr)
 		}
-		if u.HealthCheck.Interval != 0 || u.SendProxy != 0 || u.Workers != 2 {
+		if u.HealthCheck.Interval != 0 || u.SendProxy != 0 || u.Workers != 2 ||
+			u.IdleTimeout != 0 || u.MaxConns != 0 || u.MaxSessions != 9 {
 			t.Errorf("UDP route: %+v", u)
 		}
 		if x.Workers > 1 || x.SendProxy != 2 || x.HealthCheck.Interval != 2*time.Second {
 			t.Errorf("Unix route: %+v", x)
 		}
 	}
-	write("defaults:\n  health_check: {interval: 2s}\n  send_proxy: v2\n  workers: 2\n" + routes)
+	write("defaults:\n  health_check: {interval: 2s}\n  send_proxy: v2\n  workers: 2\n  idle_timeout: 5s\n  max_conns: 7\n  max_sessions: 9\n" + routes)
 	cfg, _, err := loadFile(p, routeSpec{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	check(cfg)
 	write(routes)
-	cfg, _, err = loadFile(p, routeSpec{HealthCheck: &healthSpec{Interval: duration(2 * time.Second)}, SendProxy: "v2", Workers: 2})
+	cfg, _, err = loadFile(p, routeSpec{HealthCheck: &healthSpec{Interval: duration(2 * time.Second)}, SendProxy: "v2", Workers: 2,
+		IdleTimeout: duration(5 * time.Second), MaxConns: 7, MaxSessions: 9})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,6 +304,8 @@ func TestConfigDefaultsFitTheRoute(t *testing.T) {
 		"{listen: udp://127.0.0.1:3, target: udp://127.0.0.1:4, health_check: {interval: 2s}}",
 		"{listen: udp://127.0.0.1:3, target: udp://127.0.0.1:4, send_proxy: v1}",
 		"{listen: unix:///run/x.sock, target: tcp://127.0.0.1:2, workers: 2}",
+		"{listen: udp://127.0.0.1:3, target: udp://127.0.0.1:4, max_conns: 5}",
+		"{listen: tcp://127.0.0.1:3, target: tcp://127.0.0.1:4, session_timeout: 5s}",
 	} {
 		write("routes:\n  - " + route + "\n")
 		cfg, _, err := loadFile(p, routeSpec{})
