@@ -22,6 +22,7 @@ type dir struct {
 	eof      bool       // the source ended
 	rerr     unix.Errno // the source failed after bytes still in buf
 	shut     bool       // the destination's writing side is shut down (or need not be)
+	hdr      uint8      // leading bytes of buf that are the outgoing PROXY header, not counted as the client's
 }
 
 const (
@@ -143,9 +144,17 @@ func (c *evConn) pump(d, other *dir, src, dst int, srcR, dstW *bool, srcHup bool
 				return e
 			}
 			d.off += n
+			c.last = l.now
+			if d.hdr > 0 {
+				// The header is the relay's, not the client's: the
+				// byte counts are the client's stream, as the
+				// goroutine engine's.
+				h := min(n, int(d.hdr))
+				d.hdr -= uint8(h)
+				n -= h
+			}
 			count.Add(uint64(n))
 			*mine += uint64(n)
-			c.last = l.now
 			if d.off == d.end {
 				d.off, d.end = 0, 0
 				l.putBuf(d.buf)

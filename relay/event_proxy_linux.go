@@ -108,4 +108,5 @@ func (c *evConn) queueProxyHeader() {
 		d.off = 0
 	}
 	copy(d.buf[d.off:], h)
+	d.hdr = uint8(len(h))
 }

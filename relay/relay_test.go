@@ -312,6 +312,14 @@ func testProxyProtocolSend(t *testing.T) {
 			if src := <-got; src.String() != c.LocalAddr().String() {
 				t.Fatalf("target saw source %v, client is %v", src, c.LocalAddr())
 			}
+			// The header is the relay's: the counters hold the
+			// client's 4 bytes each way, on every engine.
+			c.Close()
+			waitFor(t, func() bool { return s.Stats().Routes[0].Relayed == 1 })
+			st := s.Stats().Routes[0]
+			if st.BytesUp != 4 || st.BytesDown != 4 || st.Targets[0].BytesUp != 4 {
+				t.Errorf("bytes up %d (target %d), down %d; want 4", st.BytesUp, st.Targets[0].BytesUp, st.BytesDown)
+			}
 		})
 	}
 }
