@@ -365,6 +365,17 @@ func (c *evConn) event(target bool, ev uint32) {
 		}
 	} else {
 		c.cR, c.cW, c.cHup = c.cR || in, c.cW || out, c.cHup || hup
+		if ev&unix.EPOLLERR != 0 && (c.state == stResolve || c.state == stDialing || c.state == stNoFD) {
+			// The client reset while its target is being dialled:
+			// nothing can reach it any more. The dial stops now, not
+			// at its timeout, giving back the client's slots; the
+			// target, not at fault, is not marked down.
+			if e := soError(c.cfd); e != 0 {
+				c.endWhy = endReset
+				c.finish(e)
+			}
+			return
+		}
 	}
 	switch c.state {
 	case stProxy:

@@ -52,3 +52,30 @@ func fill(c net.Conn) {
 		}
 	}
 }
+
+// TestResetWhileDialing: on the event engine, a client that resets while
+// its target does not answer the connect ends at once, giving back its
+// slot, rather than holding it until the dial timeout; the target, which
+// the client left before it could answer, is not marked down.
+func TestResetWhileDialing(t *testing.T) {
+	leakCheck(t)
+	cfg := route0("127.0.0.1:0", mustAddr(t, "tcp://"+silentTarget(t)), func(r *Route) { r.DialTimeout = 30 * time.Second })
+	cfg.Engine = EngineEvent
+	s := startRelay(t, cfg)
+	c := dialRoute(t, s, "r")
+	defer c.Close()
+	waitFor(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, ci := range s.eng.inFlight() {
+			return ci.dialing
+		}
+		return false
+	})
+	c.(*net.TCPConn).SetLinger(0)
+	c.Close()
+	waitFor(t, func() bool { st := s.Stats().Routes[0]; return st.Active == 0 && st.CopyErrors == 1 })
+	if st := targetStats(s, 0); !st.Up || st.DialErrors != 0 {
+		t.Errorf("target %+v; want up, no dial error", st)
+	}
+}
