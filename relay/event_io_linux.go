@@ -68,6 +68,14 @@ func (d *dir) release(l *loop) {
 func (c *evConn) pumpAll() {
 	st := &c.rt.st
 	if e := c.pump(&c.up, &c.down, c.cfd, c.tfd, &c.cR, &c.tW, c.cHup, &st.bytesUp, &c.upN); e != 0 {
+		// Typically the target closed and reset at the client's next
+		// bytes. What it sent before (a server's goodbye: an error
+		// reply, SMTP's 421) is still read and given to the client, as
+		// far as it takes it now, before both close: the target's
+		// socket keeps those bytes readable after the reset. Their
+		// edges may not have been seen yet: both sockets are tried.
+		c.tR, c.cW = true, true
+		c.pump(&c.down, &c.up, c.tfd, c.cfd, &c.tR, &c.cW, c.tHup, &st.bytesDown, &c.downN)
 		c.finish(e)
 		return
 	}

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -77,5 +78,29 @@ func TestResetWhileDialing(t *testing.T) {
 	waitFor(t, func() bool { st := s.Stats().Routes[0]; return st.Active == 0 && st.CopyErrors == 1 })
 	if st := targetStats(s, 0); !st.Up || st.DialErrors != 0 {
 		t.Errorf("target %+v; want up, no dial error", st)
+	}
+}
+
+// TestGoodbyeBeforeReset: a target that answers a client with a last
+// message and closes while the client still uploads (an error reply,
+// SMTP's 421) resets at the client's next bytes; on the event engine the
+// client still gets the message before the relay closes it, as it would
+// connected to the target directly. (The goroutine engine's directions
+// race there: its abort may close the client first.)
+func TestGoodbyeBeforeReset(t *testing.T) {
+	leakCheck(t)
+	b := startBackend(t, "tcp4", func(c net.Conn) { io.WriteString(c, "bye\n") })
+	cfg := route0("127.0.0.1:0", b.addr, nil)
+	cfg.Engine = EngineEvent
+	s := startRelay(t, cfg)
+	for i := range 20 {
+		c := dialRoute(t, s, "r")
+		fill(c) // until the target's reset ends the relay
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got, err := io.ReadAll(c)
+		c.Close()
+		if string(got) != "bye\n" {
+			t.Fatalf("client %d got %q (%v), want the target's goodbye", i, got, err)
+		}
 	}
 }
