@@ -55,12 +55,23 @@ func (p *pair) relay() {
 // half copies src to dst. At EOF it shuts down writing on dst, passing
 // the half-close on while the other direction keeps flowing; on an error
 // it aborts both directions, and the first error is the pair's cause.
+// A failed write to dst is left to the other direction to end (below).
 func (p *pair) half(dst, src net.Conn, count *atomic.Uint64, mine *uint64, eof endReason) {
 	_, err := copyStream(dst, src, func(n int64) {
 		p.last.Store(time.Now().UnixNano())
 		count.Add(uint64(n))
 		*mine += uint64(n)
 	})
+	if oe, ok := err.(*net.OpError); ok && oe.Op == "write" && p.noteWriteFailed(err) {
+		// dst's peer closed and reset at these bytes (a write fails
+		// only on a connection that is over). What it sent before, a
+		// server's goodbye (an error reply, SMTP's 421), is still
+		// readable on dst's socket: the other direction passes it on
+		// and then meets dst's EOF or reset, which ends the pair.
+		// Aborting here instead would race it and could close src
+		// before the goodbye reaches it.
+		return
+	}
 	if err == nil {
 		p.mu.Lock()
 		if p.endFirst == 0 {
@@ -79,6 +90,20 @@ func (p *pair) half(dst, src net.Conn, count *atomic.Uint64, mine *uint64, eof e
 	p.abort(err)
 }
 
+// noteWriteFailed records err, a failed write, as the pair's cause
+// unless the pair is already over, which it reports.
+func (p *pair) noteWriteFailed(err error) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.aborted {
+		return false
+	}
+	if p.why == nil {
+		p.why = err
+	}
+	return true
+}
+
 // abort closes both sides once, unblocking both directions; the first
 // call's reason is kept.
 func (p *pair) abort(why error) {
@@ -88,7 +113,9 @@ func (p *pair) abort(why error) {
 		return
 	}
 	p.aborted = true
-	p.why = why
+	if p.why == nil { // else a failed write came first
+		p.why = why
+	}
 	t, cancel := p.target, p.cancel
 	p.mu.Unlock()
 	if cancel != nil {

@@ -83,16 +83,15 @@ func TestResetWhileDialing(t *testing.T) {
 
 // TestGoodbyeBeforeReset: a target that answers a client with a last
 // message and closes while the client still uploads (an error reply,
-// SMTP's 421) resets at the client's next bytes; on the event engine the
-// client still gets the message before the relay closes it, as it would
-// connected to the target directly. (The goroutine engine's directions
-// race there: its abort may close the client first.)
-func TestGoodbyeBeforeReset(t *testing.T) {
+// SMTP's 421) resets at the client's next bytes; the client still gets
+// the message before the relay closes it, as it would connected to the
+// target directly.
+func TestGoodbyeBeforeReset(t *testing.T) { forEachEngine(t, testGoodbyeBeforeReset) }
+
+func testGoodbyeBeforeReset(t *testing.T) {
 	leakCheck(t)
 	b := startBackend(t, "tcp4", func(c net.Conn) { io.WriteString(c, "bye\n") })
-	cfg := route0("127.0.0.1:0", b.addr, nil)
-	cfg.Engine = EngineEvent
-	s := startRelay(t, cfg)
+	s := startRelay(t, route0("127.0.0.1:0", b.addr, nil))
 	for i := range 20 {
 		c := dialRoute(t, s, "r")
 		fill(c) // until the target's reset ends the relay
