@@ -113,6 +113,17 @@ func pendingError(t *testing.T, c *udp.Conn) bool {
 // next datagram opened another, so the target saw the flow come from
 // another port.
 func TestUDPSessionOutlivesFragmentationNeeded(t *testing.T) {
+	testUDPSessionOutlivesICMP(t, 3, 4)
+}
+
+// TestUDPSessionOutlivesParameterProblem: as for fragmentation needed,
+// an ICMP parameter problem (EPROTO on the session's socket, once) from
+// the path leaves the session as it is.
+func TestUDPSessionOutlivesParameterProblem(t *testing.T) {
+	testUDPSessionOutlivesICMP(t, 12, 0)
+}
+
+func testUDPSessionOutlivesICMP(t *testing.T, typ, code byte) {
 	leakCheck(t)
 	// A loopback address of its own: the path MTU the ICMP message
 	// sets is the kernel's for the whole host, for ten minutes, and
@@ -139,7 +150,7 @@ func TestUDPSessionOutlivesFragmentationNeeded(t *testing.T) {
 		t.Fatal(err)
 	}
 	from := recv("one")
-	injectFragNeeded(t, from, target.LocalAddr().(*net.UDPAddr).AddrPort(), 65000)
+	injectICMP(t, from, target.LocalAddr().(*net.UDPAddr).AddrPort(), typ, code, 65000)
 	// The session's read takes the error at once: give it the time to
 	// end, as it did, before the client sends again.
 	for deadline := time.Now().Add(300 * time.Millisecond); s.Stats().Routes[0].Sessions == 1 && time.Now().Before(deadline); {
@@ -149,7 +160,7 @@ func TestUDPSessionOutlivesFragmentationNeeded(t *testing.T) {
 		t.Fatal(err)
 	}
 	if again := recv("two"); again != from {
-		t.Errorf("the flow moved from %v to %v after fragmentation needed", from, again)
+		t.Errorf("the flow moved from %v to %v after ICMP type %d code %d", from, again, typ, code)
 	}
 	if st := s.Stats().Routes[0]; st.SessionsTotal != 1 {
 		t.Errorf("%d sessions for one client, want 1", st.SessionsTotal)
@@ -162,13 +173,20 @@ func TestUDPSessionOutlivesFragmentationNeeded(t *testing.T) {
 // EMSGSIZE (udp_err). It needs a raw socket (CAP_NET_RAW) and skips the
 // test without one.
 func injectFragNeeded(t *testing.T, src, dst netip.AddrPort, mtu uint16) {
+	injectICMP(t, src, dst, 3, 4, mtu) // destination unreachable, fragmentation needed
+}
+
+// injectICMP sends to the loopback an ICMP message of type typ and code
+// code (for fragmentation needed, next-hop MTU mtu) that quotes a UDP
+// datagram of mtu+1 bytes from src to dst.
+func injectICMP(t *testing.T, src, dst netip.AddrPort, typ, code byte, mtu uint16) {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_ICMP)
 	if err != nil {
 		t.Skipf("no raw ICMP socket: %v", err)
 	}
 	defer unix.Close(fd)
 	pkt := make([]byte, 8+20+8)
-	pkt[0], pkt[1] = 3, 4 // destination unreachable, fragmentation needed
+	pkt[0], pkt[1] = typ, code
 	binary.BigEndian.PutUint16(pkt[6:], mtu)
 	ip := pkt[8:28]
 	ip[0], ip[6], ip[8], ip[9] = 0x45, 0x40, 64, unix.IPPROTO_UDP // DF set
@@ -329,5 +347,47 @@ func injectICMPv6(t *testing.T, src, dst netip.AddrPort, typ, code byte) {
 	binary.BigEndian.PutUint16(uh[4:], 8+3)
 	if err := unix.Sendto(fd, pkt, 0, &unix.SockaddrInet6{Addr: s16}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestUDPProtocolUnreachableIsARefusal: a target host without UDP
+// answers ICMP protocol unreachable, which a connected socket reports as
+// ENOPROTOOPT (icmp_err_convert): the target refusing, as for port
+// unreachable. The target is marked down and, with one target, the
+// session goes on.
+func TestUDPProtocolUnreachableIsARefusal(t *testing.T) {
+	leakCheck(t)
+	target, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	tAddr := target.LocalAddr().(*net.UDPAddr).AddrPort()
+	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"}, Target: Addr{"udp", tAddr.String()}}}})
+	c := dialUDP(t, s.Addrs("u")[0].(*net.UDPAddr))
+	buf := make([]byte, 64)
+	recv := func(want string) netip.AddrPort {
+		t.Helper()
+		target.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, from, err := target.ReadFromUDPAddrPort(buf)
+		if err != nil || string(buf[:n]) != want {
+			t.Fatalf("target got %q, %v; want %q", buf[:n], err, want)
+		}
+		return from
+	}
+	if _, err := c.Write([]byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	from := recv("one")
+	injectICMP(t, from, tAddr, 3, 2, 100) // destination unreachable, protocol unreachable
+	waitFor(t, func() bool { return s.Stats().Routes[0].Targets[0].DialErrors > 0 })
+	if _, err := c.Write([]byte("two")); err != nil {
+		t.Fatal(err)
+	}
+	if again := recv("two"); again != from {
+		t.Errorf("the flow moved from %v to %v after protocol unreachable", from, again)
+	}
+	if st := s.Stats().Routes[0]; st.SessionsTotal != 1 {
+		t.Errorf("%d sessions for one client, want 1", st.SessionsTotal)
 	}
 }

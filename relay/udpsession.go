@@ -283,9 +283,13 @@ func (s *session) run(timeout time.Duration) {
 // after an ICMP error from the target or the path: transient, reported
 // once, by the next call on the socket. EMSGSIZE is an ICMP fragmentation
 // needed: a socket does path MTU discovery by default (IP_PMTUDISC_WANT,
-// ip(7)), and udp_err reports it to a connected one as a hard error.
+// ip(7)), and udp_err reports it to a connected one as a hard error, as
+// it does a parameter problem (EPROTO) and a protocol unreachable
+// (ENOPROTOOPT); EOPNOTSUPP is a source route failed (icmp_err_convert,
+// icmpv6_err_convert).
 func icmpError(err error) bool {
-	for _, e := range []syscall.Errno{syscall.ECONNREFUSED, syscall.EACCES, syscall.EHOSTUNREACH, syscall.ENETUNREACH, syscall.EHOSTDOWN, syscall.EMSGSIZE} {
+	for _, e := range []syscall.Errno{syscall.ECONNREFUSED, syscall.EACCES, syscall.EHOSTUNREACH, syscall.ENETUNREACH,
+		syscall.EHOSTDOWN, syscall.EMSGSIZE, syscall.EPROTO, syscall.ENOPROTOOPT, syscall.EOPNOTSUPP} {
 		if errors.Is(err, e) {
 			return true
 		}
@@ -294,11 +298,12 @@ func icmpError(err error) bool {
 }
 
 // refusal reports whether err, an ICMP error, is the target refusing
-// datagrams: port unreachable (ECONNREFUSED), or administratively
+// datagrams: port unreachable (ECONNREFUSED), administratively
 // prohibited, a firewall's reject, which IPv4 reports as ECONNREFUSED
-// too (icmp_err_convert) and IPv6 as EACCES (icmpv6_err_convert).
+// too (icmp_err_convert) and IPv6 as EACCES (icmpv6_err_convert), or
+// protocol unreachable, a host without UDP (ENOPROTOOPT).
 func refusal(err error) bool {
-	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EACCES)
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.ENOPROTOOPT)
 }
 
 // release returns b's buffer to the pool and b to batches.
