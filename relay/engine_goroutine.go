@@ -329,9 +329,16 @@ func (p *pair) connect() bool {
 		return false
 	}
 	if err := p.prelude(t, src, dst); err != nil {
-		p.rt.st.errCopy.Add(1)
+		// The target reset before its first bytes: the relay ends as
+		// one a reset ends later does, in the target's counters (its
+		// active count given back) and the connection log.
+		rt := p.rt
 		p.client.Close()
 		t.Close()
+		rt.st.errCopy.Add(1)
+		rt.st.relayed.Add(1)
+		p.b.connEnd(p.up, 0)
+		rt.logEnd(src, p.b, p.up, 0, p.start, endReset)
 		return false
 	}
 	p.rt.srv.log.Debug("relaying", "route", p.rt.name, "client", src)
@@ -402,11 +409,11 @@ func (p *pair) dial(src netip.AddrPort) (net.Conn, bool) {
 	p.src = src
 	t, b, err := rt.dialTarget(ctx, p.cfg, p.clientIP)
 	p.mu.Lock()
-	if err == nil {
+	aborted = p.aborted
+	if err == nil && !aborted { // else nothing is relayed to b
 		p.target, p.b = t, b
 		b.connStart()
 	}
-	aborted = p.aborted
 	p.mu.Unlock()
 	if aborted { // Shutdown closed the client while we dialed
 		if t != nil {

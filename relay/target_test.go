@@ -642,3 +642,50 @@ func TestHealthCheckSendsProxy(t *testing.T) {
 		})
 	}
 }
+
+// TestTargetResetsAtOnce: a target that takes each connection and resets
+// it at once fails the relay's first write to it (the PROXY header) as
+// often as not. Every such connection must still end in the target's
+// counters, its active count back to 0, and have its line in the
+// connection log, as one the reset ends later does.
+func TestTargetResetsAtOnce(t *testing.T) { forEachEngine(t, testTargetResetsAtOnce) }
+
+func testTargetResetsAtOnce(t *testing.T) {
+	// Reset in the accept loop: a goroutine per connection would be too
+	// late to beat the header.
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	var buf syncBuffer
+	cfg := targetsRoute(func(r *Route) { r.SendProxy = 1 }, Addr{"tcp", ln.Addr().String()})
+	cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+	cfg.ConnLog = slog.LevelInfo
+	s := startRelay(t, cfg)
+	// Many at once, so that the relay is slower to write than the
+	// target to reset.
+	const n = 400
+	eachClient(t, s, "r", n, func(_ int, c net.Conn) {
+		c.Write([]byte("x"))
+		waitClosed(c, 5*time.Second)
+	})
+	waitFor(t, func() bool { r := s.Stats().Routes[0]; return r.Active == 0 && r.Accepted == n })
+	waitFor(t, func() bool { return strings.Count(buf.String(), "msg=connection") == n })
+	r := s.Stats().Routes[0]
+	if ts := r.Targets[0]; ts.Active != 0 {
+		t.Errorf("target active %d after every connection ended (%d relayed)", ts.Active, r.Relayed)
+	}
+}
