@@ -3,6 +3,8 @@ package relay
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -252,5 +254,39 @@ func TestPickRoundRobinDownShares(t *testing.T) {
 		if !slices.Equal(count, tc.want) {
 			t.Errorf("weights %v, target %d down: shares %v, want %v", tc.weights, tc.down, count, tc.want)
 		}
+	}
+}
+
+// TestClientHashSameAcrossProcesses: client-hash gives a client the same
+// target in every process, so that a restarted relay, or two relays
+// behind one load balancer, keep each client on its target. The test
+// binary runs itself and compares the child's picks with its own.
+func TestClientHashSameAcrossProcesses(t *testing.T) {
+	picks := func() string {
+		ts := testSet(t, ClientHash, 1, 1, 1, 1)
+		var b strings.Builder
+		for i := range 64 {
+			var tried triedSet
+			fmt.Fprint(&b, indexOf(ts, ts.pick(netip.AddrFrom4([4]byte{10, 1, 0, byte(i)}), &tried)))
+		}
+		return b.String()
+	}
+	if os.Getenv("ZEROIO_HASH_CHILD") == "1" {
+		fmt.Print("picks=" + picks() + "\n")
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestClientHashSameAcrossProcesses$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "ZEROIO_HASH_CHILD=1")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	_, child, ok := strings.Cut(string(out), "picks=")
+	if !ok {
+		t.Fatalf("child printed no picks:\n%s", out)
+	}
+	child, _, _ = strings.Cut(child, "\n")
+	if mine := picks(); child != mine {
+		t.Fatalf("client-hash picks differ between processes:\n%s\n%s", mine, child)
 	}
 }

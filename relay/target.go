@@ -3,7 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
+	"hash/fnv"
 	"log/slog"
 	"net/netip"
 	"sync"
@@ -111,11 +111,18 @@ const (
 	noRetry    = int64(^uint64(0) >> 1) // down until an active check brings it up
 )
 
-var hashSeed = maphash.MakeSeed()
-
 func newBackend(rt *route, a Addr) *backend {
-	return &backend{network: a.Network, address: a.Address, addr: a, rt: rt,
-		key: maphash.String(hashSeed, a.Network+"://"+a.Address)}
+	return &backend{network: a.Network, address: a.Address, addr: a, rt: rt, key: targetKey(a)}
+}
+
+// targetKey is a's client-hash seed: FNV-1a of its URL, the same in
+// every process (maphash's seed is random per process), so that a
+// restarted relay, or several behind one load balancer, give a client
+// the target it had, as HAProxy's balance source does.
+func targetKey(a Addr) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(a.Network + "://" + a.Address))
+	return mix64(h.Sum64())
 }
 
 // isDown reports whether b is marked down at now (unix ns, or 0 if the
