@@ -82,14 +82,11 @@ func (s *Server) pause(rt *route, done, rdone <-chan struct{}) bool {
 	if !s.atLimit(rt) {
 		return true
 	}
-	start := time.Now()
 	if rt != nil {
 		rt.pausing()
-		rt.st.pausedNow.Add(1)
-		defer func() {
-			rt.st.pausedNanos.Add(uint64(time.Since(start)))
-			rt.st.pausedNow.Add(-1)
-		}()
+		start := pauseClock()
+		rt.st.pauses.begin(start)
+		defer rt.st.pauses.end(start)
 	}
 	select {
 	case <-wake:

@@ -106,8 +106,8 @@ type loopListener struct {
 	bo      backoff // paces accept errors, and logs them by episode
 	more    bool    // accept stopped at its batch bound
 	paused  *route  // accepting paused at a limit (the route, or the front's)
-	pauseAt int64
-	full    bool // accepting paused at a limit, waiting for a slot to free
+	pauseAt int64   // when the pause began, on pauseClock
+	full    bool    // accepting paused at a limit, waiting for a slot to free
 }
 
 // Epoll data: Fd holds a connection's slot times two plus its side (0
@@ -417,8 +417,8 @@ func (l *loop) acceptAll(ll *loopListener) {
 		if s.atLimit(rt) {
 			if ll.paused == nil && rt != nil {
 				rt.pausing()
-				rt.st.pausedNow.Add(1)
-				ll.paused, ll.pauseAt = rt, l.now
+				ll.paused, ll.pauseAt = rt, pauseClock()
+				rt.st.pauses.begin(ll.pauseAt)
 			}
 			ll.retryAt = l.now + pauseRetry
 			if !ll.full {
@@ -466,8 +466,7 @@ func (l *loop) resume(ll *loopListener) {
 		l.full.Add(-1)
 	}
 	if rt := ll.paused; rt != nil {
-		rt.st.pausedNanos.Add(uint64(l.now - ll.pauseAt))
-		rt.st.pausedNow.Add(-1)
+		rt.st.pauses.end(ll.pauseAt)
 		ll.paused = nil
 	}
 }

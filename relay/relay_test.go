@@ -881,3 +881,33 @@ func testCloseDuringProxyHeader(t *testing.T) {
 		t.Errorf("%d PROXY header errors counted for a client the server closed", st.ProxyHeaderErrors)
 	}
 }
+
+// TestPausedCountsOngoingWait: the time a route's accepting waits at its
+// limit shows in Stats while the wait goes on, not only once it ends: a
+// route held at its limit for an hour must not read 0 s for that hour.
+func TestPausedCountsOngoingWait(t *testing.T) { forEachEngine(t, testPausedCountsOngoingWait) }
+
+func testPausedCountsOngoingWait(t *testing.T) {
+	b := startBackend(t, "tcp4", echo)
+	s := startRelay(t, route0("127.0.0.1:0", b.addr, func(r *Route) { r.MaxConns = 1 }))
+	held := dialRoute(t, s, "r")
+	defer held.Close()
+	if err := ping(held); err != nil {
+		t.Fatal(err)
+	}
+	over := dialRoute(t, s, "r")
+	defer over.Close()
+	var during time.Duration
+	waitFor(t, func() bool {
+		st := s.Stats().Routes[0]
+		during = st.Paused
+		return st.AcceptPaused && st.Paused >= 20*time.Millisecond
+	})
+	held.Close()
+	if err := ping(over); err != nil {
+		t.Fatalf("waiting client after a slot freed: %v", err)
+	}
+	if st := s.Stats().Routes[0]; st.Paused < during {
+		t.Errorf("Paused went back from %v to %v when the wait ended", during, st.Paused)
+	}
+}

@@ -3,6 +3,7 @@ package relay
 import (
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -13,8 +14,7 @@ type counters struct {
 	bytesUp, bytesDown                           atomic.Uint64
 	errAccept, errDial, errProxy, errCopy        atomic.Uint64
 	idleTimeouts                                 atomic.Uint64
-	pausedNanos                                  atomic.Uint64
-	pausedNow                                    atomic.Int32
+	pauses                                       pauseTime
 	udpSessions, udpSessionsTotal                atomic.Int64
 	udpPacketsUp, udpPacketsDown                 atomic.Uint64
 	udpDropLimit, udpDropWrite, udpDropTruncated atomic.Uint64
@@ -94,6 +94,7 @@ func (s *Server) Stats() Stats {
 		c := &rt.st
 		r := rt.cfg.Load()
 		ts := rt.targets()
+		paused, pausedNow := c.pauses.total()
 		st.Routes = append(st.Routes, RouteStats{
 			Name: rt.name, Listen: r.Listen.String(), Target: ts.String(), Targets: ts.stats(),
 			Accepted: c.accepted.Load(), Active: rt.active.Load(), Relayed: c.relayed.Load(),
@@ -101,7 +102,7 @@ func (s *Server) Stats() Stats {
 			BytesUp: c.bytesUp.Load(), BytesDown: c.bytesDown.Load(),
 			AcceptErrors: c.errAccept.Load(), DialErrors: c.errDial.Load(),
 			ProxyHeaderErrors: c.errProxy.Load(), CopyErrors: c.errCopy.Load(),
-			IdleTimeouts: c.idleTimeouts.Load(), Paused: time.Duration(c.pausedNanos.Load()), AcceptPaused: c.pausedNow.Load() > 0,
+			IdleTimeouts: c.idleTimeouts.Load(), Paused: paused, AcceptPaused: pausedNow,
 			Sessions: c.udpSessions.Load(), SessionsTotal: c.udpSessionsTotal.Load(),
 			PacketsUp: c.udpPacketsUp.Load(), PacketsDown: c.udpPacketsDown.Load(),
 			DropsSessionLimit: c.udpDropLimit.Load(), DropsWriteError: c.udpDropWrite.Load(),
@@ -129,4 +130,48 @@ func (ts *targetSet) stats() []TargetStats {
 		}
 	}
 	return out
+}
+
+// pauseTime sums the time a route's accept loops wait at a limit,
+// including the waits still going on: a route held at its limit for an
+// hour must show that hour as it passes, not when the wait ends. Waits
+// begin and end once per pause, not per connection: a mutex keeps the
+// sum, the number waiting and their start times consistent for total.
+type pauseTime struct {
+	mu     sync.Mutex
+	ended  time.Duration // waits that ended
+	n      int64         // waits going on
+	starts int64         // sum of their start times, on pauseClock
+}
+
+// pauseBase is the origin of pauseClock.
+var pauseBase = time.Now()
+
+// pauseClock is the pauses' clock: monotonic nanoseconds since pauseBase.
+func pauseClock() int64 { return int64(time.Since(pauseBase)) }
+
+// begin records a wait beginning at start (pauseClock).
+func (p *pauseTime) begin(start int64) {
+	p.mu.Lock()
+	p.n++
+	p.starts += start
+	p.mu.Unlock()
+}
+
+// end records that the wait begun at start ends.
+func (p *pauseTime) end(start int64) {
+	now := pauseClock()
+	p.mu.Lock()
+	p.n--
+	p.starts -= start
+	p.ended += time.Duration(now - start)
+	p.mu.Unlock()
+}
+
+// total returns the time waited, the waits going on up to now included,
+// and whether one goes on.
+func (p *pauseTime) total() (time.Duration, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.ended + time.Duration(p.n*pauseClock()-p.starts), p.n > 0
 }
