@@ -87,7 +87,10 @@ func (ts *targetSet) pickRoundRobin(tried *triedSet, anyState bool, now *int64) 
 
 // pickLeastConn takes the eligible target with the fewest active
 // connections per unit of weight, starting the scan at a rotating place
-// so that ties go round.
+// so that ties go round. A dial in progress counts as a connection, as
+// HAProxy counts a server's from the moment it is chosen: else a target
+// slow to answer would look empty, and take every new client until its
+// dials complete.
 func (ts *targetSet) pickLeastConn(tried *triedSet, anyState bool, now *int64) int {
 	n := len(ts.bs)
 	start := int(ts.next.Add(1) % uint64(n))
@@ -98,7 +101,7 @@ func (ts *targetSet) pickLeastConn(tried *triedSet, anyState bool, now *int64) i
 		if !ts.eligible(i, tried, anyState, now) {
 			continue
 		}
-		a := ts.bs[i].active.Load()
+		a := ts.bs[i].active.Load() + ts.bs[i].dialing.Load()
 		// a/w < bestActive/bestW, without division.
 		if best < 0 || a*int64(ts.weights[best]) < bestActive*int64(ts.weights[i]) {
 			best, bestActive = i, a

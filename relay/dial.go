@@ -50,7 +50,9 @@ func (rt *route) dialTarget(ctx context.Context, r *Route, client netip.Addr) (n
 			}
 			d.Deadline = time.Now().Add(rem / time.Duration(left))
 		}
+		b.dialing.Add(1)
 		c, err := rt.dialOne(ctx, &d, b, deadline)
+		b.dialing.Add(-1)
 		if err == nil && rt.srv.dialsSelf(c) {
 			c.Close()
 			b.loops.Store(true)

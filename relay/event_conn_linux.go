@@ -480,6 +480,9 @@ func (c *evConn) finish(why error) {
 	if c.endWhy != 0 {
 		end = c.endWhy
 	}
+	if c.state != stRelay && c.b != nil { // a dial in progress (dialNext)
+		c.b.dialing.Add(-1)
+	}
 	if c.state == stRelay {
 		rt.st.relayed.Add(1)
 		c.b.connEnd(c.upN, c.downN)

@@ -31,6 +31,7 @@ func (c *evConn) dialNext(lastErr error) {
 	}
 	c.left--
 	c.b = b
+	b.dialing.Add(1) // until connected, attemptFailed or finish
 	c.ai = 0
 	c.state = stResolve
 	sa, err, pending := l.resolve(b.addr, c)
@@ -131,6 +132,7 @@ func (c *evConn) attemptFailed(err error) {
 		c.connectTo(sa)
 		return
 	}
+	c.b.dialing.Add(-1)
 	c.b.dialFailed(err)
 	c.rt.srv.log.Debug("dial failed; trying another target", "route", c.rt.name, "target", c.b.addr.String(), "err", err)
 	c.b = nil
@@ -204,6 +206,7 @@ func (c *evConn) connected() {
 	l := c.lp
 	c.b.dialOK()
 	c.b.connStart()
+	c.b.dialing.Add(-1)
 	c.state = stRelay
 	c.last = l.now
 	if idle := c.cfg.IdleTimeout; idle > 0 {

@@ -93,6 +93,7 @@ type backend struct {
 	rt               *route // for logs; the route that first had it
 
 	active                 atomic.Int64 // connections relayed to it now
+	dialing                atomic.Int64 // dials to it in progress, which least-conn counts as connections
 	conns, dialFails       atomic.Uint64
 	bytesUp, bytesDown     atomic.Uint64
 	downUntil              atomic.Int64 // unix ns; 0 up, noRetry until checks pass
