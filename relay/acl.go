@@ -37,3 +37,19 @@ func contains(ps []netip.Prefix, ip netip.Addr) bool {
 	}
 	return false
 }
+
+// unmapHeader gives the addresses of a PROXY header as the relay's own
+// accepted sockets give them: a proxy's dual-stack socket sends an IPv4
+// client as TCP6 ::ffff:192.0.2.7, which is 192.0.2.7, so that one
+// client counts once under MaxConnsPerClient and reads alike in the
+// connection log and the PROXY header sent on. Only a pair mapped on
+// both sides is unmapped: a header is of one family.
+func unmapHeader(src, dst netip.AddrPort) (netip.AddrPort, netip.AddrPort) {
+	if src.Addr().Is4In6() && (!dst.IsValid() || dst.Addr().Is4In6()) {
+		src = netip.AddrPortFrom(src.Addr().Unmap(), src.Port())
+		if dst.IsValid() {
+			dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
+		}
+	}
+	return src, dst
+}

@@ -375,7 +375,7 @@ func (p *pair) policy() (src, dst netip.AddrPort, ok bool) {
 		p.pk.proxied, p.pk.hdr = true, h
 	}
 	if h := &p.pk.hdr; p.pk.proxied && h.Command == proxyproto.Proxy && h.Source.IsValid() {
-		src, dst = h.Source, h.Destination
+		src, dst = unmapHeader(h.Source, h.Destination)
 	}
 	if !allowed(r.Allow, r.Deny, src.Addr()) {
 		rt.st.denied.Add(1)

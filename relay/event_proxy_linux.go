@@ -57,7 +57,8 @@ func (c *evConn) readProxy() {
 		}
 		d.off = hn
 		if h.Command == proxyproto.Proxy && h.Source.IsValid() {
-			c.src, c.dst, c.dstKnown = h.Source, h.Destination, true
+			c.src, c.dst = unmapHeader(h.Source, h.Destination)
+			c.dstKnown = true
 		}
 		if c.rt == nil { // a front's client: the hello chooses the route
 			l := c.lp

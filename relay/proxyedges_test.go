@@ -211,3 +211,47 @@ func testBadProxyHeadersLogByEpisode(t *testing.T) {
 		t.Errorf("%d lines for %d bad PROXY headers, want one per route and address:\n%s", got, 2*n, buf.String())
 	}
 }
+
+// TestProxyHeaderMappedSource: a PROXY header's v4-mapped client (TCP6
+// ::ffff:10.1.1.2, from a proxy's dual-stack socket) is the IPv4 client
+// 10.1.1.2: with MaxConnsPerClient 1 it may not hold a second connection
+// by arriving in the other family, and it is logged and sent on as IPv4.
+func TestProxyHeaderMappedSource(t *testing.T) { forEachEngine(t, testProxyHeaderMappedSource) }
+
+func testProxyHeaderMappedSource(t *testing.T) {
+	got := make(chan string, 2)
+	b := startBackend(t, "tcp4", func(c net.Conn) {
+		buf := make([]byte, 256)
+		n, _ := c.Read(buf)
+		line, _, _ := strings.Cut(string(buf[:n]), "\r\n")
+		got <- line
+		io.Copy(io.Discard, c)
+	})
+	var logs syncBuffer
+	cfg := route0("127.0.0.1:0", b.addr, func(r *Route) {
+		r.AcceptProxy, r.SendProxy, r.MaxConnsPerClient = true, 1, 1
+	})
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	cfg.ConnLog = slog.LevelInfo
+	s := startRelay(t, cfg)
+	first := dialRoute(t, s, "r")
+	defer first.Close()
+	io.WriteString(first, "PROXY TCP6 ::ffff:10.1.1.2 ::ffff:127.0.0.1 5555 80\r\nx")
+	if line := <-got; line != "PROXY TCP4 10.1.1.2 127.0.0.1 5555 80" {
+		t.Errorf("header sent on: %q", line)
+	}
+	second := dialRoute(t, s, "r")
+	defer second.Close()
+	io.WriteString(second, "PROXY TCP4 10.1.1.2 127.0.0.1 5556 80\r\nx")
+	if !waitClosed(second, 5*time.Second) {
+		t.Fatal("the same client's second connection, over its limit, is still open")
+	}
+	if st := s.Stats().Routes[0]; st.OverLimit != 1 {
+		t.Errorf("OverLimit %d, want 1", st.OverLimit)
+	}
+	first.Close()
+	waitFor(t, func() bool { return strings.Contains(logs.String(), "msg=connection") })
+	if !strings.Contains(logs.String(), "client=10.1.1.2:5555") {
+		t.Errorf("connection log: %s", logs.String())
+	}
+}
