@@ -333,8 +333,9 @@ func (c *evConn) policy() {
 	}
 	if e := c.up.readAhead(l, c.cfd, &c.cR, c.cHup); e != 0 {
 		// The client reset before the dial: no target is dialled for
-		// it, but it ends, is counted and logged as a relay that a
-		// reset ended.
+		// it. It counts as a copy error, not as a relay (none reached
+		// a target), and is logged as ended by a reset, with no
+		// target.
 		c.endWhy = endReset
 		c.finish(e)
 		return
