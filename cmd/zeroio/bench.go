@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -176,6 +178,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 			bench.ZeroioCommand = exe
 		}
 	}
+	defer stopOnInterrupt(stderr, os.Exit)()
 	rep, err := runSuites(o, stderr)
 	if err != nil {
 		fmt.Fprintf(stderr, "zeroio bench: %v\n", err)
@@ -201,6 +204,27 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// stopOnInterrupt makes SIGINT and SIGTERM stop the peers the suites
+// started and exit with 130: nginx, HAProxy, socat and the zeroio relays
+// run in process groups of their own, so a terminal's ^C does not reach
+// them, and they would go on listening after zeroio bench died. The
+// returned func stops watching.
+func stopOnInterrupt(stderr io.Writer, exit func(int)) func() {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-sigs:
+			bench.StopAll()
+			fmt.Fprintf(stderr, "\nzeroio bench: interrupted (%v): stopped the peers; no report written\n", sig)
+			exit(130)
+		case <-done:
+		}
+	}()
+	return func() { signal.Stop(sigs); close(done) }
 }
 
 // runSuites runs the selected suites' cases, round-robin across rounds.

@@ -8,7 +8,9 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/perf/benchfmt"
 
@@ -275,5 +277,24 @@ func TestBenchAlsoRows(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "floor") || !strings.Contains(out.String(), formatRatio(s.Rows[0].Floor)) {
 		t.Errorf("table lacks the floor ratio:\n%s", out.String())
+	}
+}
+
+// ^C during a run must reach the peers in process groups of their own
+// (nginx, HAProxy, the zeroio relays), which the terminal's SIGINT does
+// not: zeroio bench stops them and exits 130 with one line.
+func TestBenchInterruptStopsPeers(t *testing.T) {
+	var stderr bytes.Buffer
+	code := make(chan int, 1)
+	stop := stopOnInterrupt(&stderr, func(c int) { code <- c })
+	defer stop()
+	syscall.Kill(os.Getpid(), syscall.SIGINT)
+	select {
+	case c := <-code:
+		if c != 130 || !strings.Contains(stderr.String(), "interrupted") || strings.Count(strings.TrimSpace(stderr.String()), "\n") > 0 {
+			t.Errorf("exit %d, stderr %q: want 130 and one line", c, stderr.String())
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("SIGINT did not stop the bench")
 	}
 }

@@ -16,7 +16,7 @@ type nginxServer struct {
 	cmd    *exec.Cmd
 	dir    string
 	addr   string
-	exited chan struct{}
+	exited <-chan struct{}
 	bodies map[string][]byte // by URL path
 }
 
@@ -59,24 +59,24 @@ http {
 // startNginx starts nginx on a free loopback port and returns once it
 // answers.
 func startNginx() (*nginxServer, error) {
-	dir, err := os.MkdirTemp("", "zeroio-nginx-*")
+	dir, err := tempDir("zeroio-nginx-*")
 	if err != nil {
 		return nil, err
 	}
 	n := &nginxServer{dir: dir, bodies: map[string][]byte{}}
 	if err := n.prepare(); err != nil {
-		os.RemoveAll(dir)
+		removeTempDir(dir)
 		return nil, err
 	}
 	cmd := exec.Command("nginx", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log"))
 	ownGroup(cmd) // master and worker stop together
-	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
+	exited, err := startChild(cmd)
+	if err != nil {
+		removeTempDir(dir)
 		return nil, err
 	}
 	n.cmd = cmd
-	n.exited = make(chan struct{})
-	go func() { cmd.Wait(); close(n.exited) }()
+	n.exited = exited
 	if !waitListenOrExit(n.addr, n.exited) {
 		log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
 		n.stop()
@@ -126,5 +126,5 @@ func (n *nginxServer) stop() {
 			<-n.exited
 		}
 	}
-	os.RemoveAll(n.dir)
+	removeTempDir(n.dir)
 }

@@ -255,10 +255,11 @@ func startRelayProc(impl, target string) (*relayProc, error) {
 		// Their stderr is dropped: socat reports the broken pipes of
 		// connections iperf3 closes, which would garble the results.
 		ownGroup(cmd)
-		if err := cmd.Start(); err != nil {
+		exited, err := startChild(cmd)
+		if err != nil {
 			return nil, err
 		}
-		p := &relayProc{cmd: cmd, addr: addr}
+		p := &relayProc{cmd: cmd, addr: addr, exited: exited}
 		if tgt[0] == "udp" {
 			time.Sleep(200 * time.Millisecond) // nothing to dial; give it time to bind
 			return p, nil

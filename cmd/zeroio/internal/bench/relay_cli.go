@@ -76,13 +76,11 @@ func startZeroio(impl, listen string, args ...string) (*relayProc, error) {
 	stderr := &tailBuffer{max: 4 << 10}
 	cmd.Stderr = stderr
 	ownGroup(cmd)
-	if err := cmd.Start(); err != nil {
+	exited, err := startChild(cmd)
+	if err != nil {
 		return nil, err
 	}
-	p := &relayProc{cmd: cmd, addr: listen}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	p.exited = exited
+	p := &relayProc{cmd: cmd, addr: listen, exited: exited}
 	if !waitListenOrExit(listen, exited) {
 		p.stop()
 		return nil, fmt.Errorf("zeroio relay %s did not listen on %s: %s", strings.Join(args, " "), listen, stderr)

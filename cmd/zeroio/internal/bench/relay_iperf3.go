@@ -53,10 +53,11 @@ func runIperf3(b *testing.B, impl string, reverse bool, size int64) {
 	}
 	srvAddr := fmt.Sprintf("127.0.0.1:%d", port)
 	srv := exec.Command("iperf3", "-s", "-B", "127.0.0.1", "-p", strconv.Itoa(port))
-	if err := srv.Start(); err != nil {
+	srvExited, err := startChild(srv)
+	if err != nil {
 		fatal(b, err)
 	}
-	defer func() { srv.Process.Kill(); srv.Wait() }()
+	defer func() { srv.Process.Kill(); <-srvExited }()
 	if !waitListen(srvAddr) {
 		fatal(b, "iperf3 server did not start")
 	}

@@ -8,6 +8,8 @@ import "os/exec"
 // suites run on linux only.
 func ownGroup(cmd *exec.Cmd) {}
 
+func inOwnGroup(cmd *exec.Cmd) bool { return false }
+
 func killGroup(cmd *exec.Cmd, kill bool) {
 	if kill {
 		cmd.Process.Kill()

@@ -418,11 +418,10 @@ func startHAProxy(listen, conf string) (*relayProc, error) {
 	stderr := &tailBuffer{max: 4 << 10}
 	cmd.Stderr = stderr
 	ownGroup(cmd)
-	if err := cmd.Start(); err != nil {
+	exited, err := startChild(cmd)
+	if err != nil {
 		return nil, err
 	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
 	p := &relayProc{cmd: cmd, addr: listen, exited: exited}
 	if !waitListenOrExit(listen, exited) {
 		p.stop()
