@@ -298,3 +298,49 @@ func TestBenchInterruptStopsPeers(t *testing.T) {
 		t.Fatal("SIGINT did not stop the bench")
 	}
 }
+
+// A suite run without its peers (relay-tls with no haproxy) has no
+// ratios, and "direct" has no relay CPU: the table and the report leave
+// those columns out rather than fill them with dashes as if results.
+func TestBenchNoPeerNoEmptyColumns(t *testing.T) {
+	cs := func(impl string, conns, cpu float64) *caseResult {
+		c := &caseResult{Name: "route=plain/impl=" + impl, Impl: impl, Config: "route=plain"}
+		for i := range 3 {
+			x := map[string]float64{"conn/s": conns + float64(i)}
+			if cpu > 0 {
+				x["cpu-µs/conn"] = cpu + float64(i)
+			}
+			c.Samples = append(c.Samples, sample{N: 1, NsPerOp: 1e9, Extra: x})
+		}
+		return c
+	}
+	s := &suiteResult{Group: "relay-tls", Name: "RelayTLS", Metric: "cpu-µs/conn", Also: []string{"conn/s"},
+		Notes: []string{"skipped haproxy: haproxy not on PATH"},
+		Cases: []*caseResult{cs("direct", 1300, 0), cs("zeroio", 1100, 165)}}
+	rep := &report{Count: 3, Suites: []*suiteResult{s}}
+	rep.summarize()
+	var out bytes.Buffer
+	rep.writeTable(&out)
+	_, body, _ := strings.Cut(out.String(), "BenchmarkRelayTLS")
+	tables := strings.Split(body, "conn/s (higher is better)")
+	if len(tables) != 2 {
+		t.Fatalf("want a cpu-µs/conn and a conn/s table:\n%s", out.String())
+	}
+	cpu, conns := tables[0], tables[1]
+	if strings.Contains(cpu, "direct") || !strings.Contains(cpu, "166") {
+		t.Errorf("cpu-µs/conn table shows the direct column it has no value for:\n%s", out.String())
+	}
+	if !strings.Contains(conns, "direct") {
+		t.Errorf("conn/s table lacks direct:\n%s", out.String())
+	}
+	if strings.Contains(body, "ratio") {
+		t.Errorf("ratio columns with no peer to compare with:\n%s", out.String())
+	}
+	var html bytes.Buffer
+	if err := rep.writeHTML(&html); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(html.String(), "zeroio vs best peer") {
+		t.Errorf("report.html has a ratio column with no peer")
+	}
+}

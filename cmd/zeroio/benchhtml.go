@@ -409,7 +409,10 @@ func (r *report) writeHTML(w io.Writer) error {
 					return err
 				}
 			}
-			hs.Table = pivotHTML(s, true)
+			// No ratio column when no peer ran (all skipped): a column
+			// of "-" is no result.
+			hasRatio := func(rw row) bool { return rw.Ratio != 0 }
+			hs.Table = pivotHTML(s, slices.ContainsFunc(s.Rows, hasRatio) || slices.ContainsFunc(s.AlsoRows, hasRatio))
 			any := false
 			for _, c := range s.Cases {
 				any = any || c.Medians["allocs/op"] > 0

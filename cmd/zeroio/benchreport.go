@@ -406,23 +406,31 @@ func (r *report) writeTable(w io.Writer) {
 // the floor, zeroio's ratio to it and that p-value; a row judged by
 // another unit than unit says which.
 func writeRows(w io.Writer, s *suiteResult, rows []row, unit string) {
-	floor := false
+	floor, ratio := false, false
 	for _, rw := range rows {
 		floor = floor || rw.Floor != 0
+		ratio = ratio || rw.Ratio != 0
 	}
+	// Only the impls with a value in these rows: "direct" has no relay
+	// CPU, and a suite run without its peers would otherwise show columns
+	// of dashes as if they were results; likewise the ratio columns when
+	// no peer ran.
+	impls := rowImpls(s, rows)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "config\t")
-	for _, im := range s.Impls {
+	for _, im := range impls {
 		fmt.Fprintf(tw, "%s\t", im)
 	}
-	fmt.Fprint(tw, "ratio\tp\tvs\t")
+	if ratio {
+		fmt.Fprint(tw, "ratio\tp\tvs\t")
+	}
 	if floor {
 		fmt.Fprint(tw, "floor\tp\t")
 	}
 	fmt.Fprint(tw, "\n")
 	for _, rw := range rows {
 		fmt.Fprintf(tw, "%s\t", rw.Config)
-		for _, im := range s.Impls {
+		for _, im := range impls {
 			v, ok := rw.Medians[im]
 			if !ok {
 				v = math.NaN()
@@ -433,13 +441,30 @@ func writeRows(w io.Writer, s *suiteResult, rows []row, unit string) {
 		if rw.Unit != unit {
 			vs += " (" + rw.Unit + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t", formatRatio(rw.Ratio), formatP(rw), vs)
+		if ratio {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t", formatRatio(rw.Ratio), formatP(rw), vs)
+		}
 		if floor {
 			fmt.Fprintf(tw, "%s\t%s\t", formatRatio(rw.Floor), formatPValue(rw.FloorP))
 		}
 		fmt.Fprint(tw, "\n")
 	}
 	tw.Flush()
+}
+
+// rowImpls returns the suite's impls, in order, that have a median in
+// at least one of rows.
+func rowImpls(s *suiteResult, rows []row) []string {
+	var out []string
+	for _, im := range s.Impls {
+		for _, rw := range rows {
+			if _, ok := rw.Medians[im]; ok {
+				out = append(out, im)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // writeRaw writes every sample as a Go benchmark result line, the format
