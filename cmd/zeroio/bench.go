@@ -260,6 +260,10 @@ func runSuites(o benchOptions, stderr io.Writer) (*report, error) {
 		}
 	}
 	if len(all) == 0 {
+		// Every suite skipped (no nginx or wrk for relay-http): the
+		// report still needs its end time and each suite's direction.
+		rep.Finished = time.Now()
+		rep.summarize()
 		return rep, nil
 	}
 	groups := groupByConfig(all)

@@ -344,3 +344,36 @@ func TestBenchNoPeerNoEmptyColumns(t *testing.T) {
 		t.Errorf("report.html has a ratio column with no peer")
 	}
 }
+
+// On a machine without nginx and wrk, --suite relay-http skips its only
+// suite: the report must still say which way req/s is better and how
+// long the run took, not "lower is better" and a negative duration.
+func TestBenchAllSkipped(t *testing.T) {
+	t.Setenv("PATH", t.TempDir()) // no nginx, no wrk
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"bench", "--quick", "--suite", "relay-http", "--out", dir}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "(req/s, higher is better)\n  skipped: ") {
+		t.Errorf("table:\n%s", stdout.String())
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep report
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Finished.Before(rep.Started) || len(rep.Suites) != 1 || !rep.Suites[0].Higher {
+		t.Errorf("results.json: started %v, finished %v, suites %+v", rep.Started, rep.Finished, rep.Suites)
+	}
+	html, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if regexp.MustCompile(`\(-[0-9]`).Match(html) {
+		t.Errorf("report.html gives a negative duration")
+	}
+}
