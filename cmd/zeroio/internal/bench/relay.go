@@ -360,15 +360,21 @@ func freePort(network string) (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// needTools reports the first missing program, or "" if all are present.
+// needTools reports every missing program ("nginx, wrk not on PATH"),
+// or "" if all are present: a user without both learns of both at once,
+// not of the second after installing the first.
 func needTools(tools ...string) string {
 	if runtime.GOOS != "linux" {
 		return "relay suites read /proc: linux only"
 	}
+	var missing []string
 	for _, t := range tools {
 		if _, err := exec.LookPath(t); err != nil {
-			return t + " not on PATH"
+			missing = append(missing, t)
 		}
+	}
+	if len(missing) > 0 {
+		return strings.Join(missing, ", ") + " not on PATH"
 	}
 	return ""
 }

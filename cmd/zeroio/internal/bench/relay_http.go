@@ -171,11 +171,17 @@ func checkBody(url string, want []byte) error {
 func relayHTTPNotes() []string {
 	notes := []string{fmt.Sprintf("wrk -t%d (one client thread), nginx worker_processes 1, %s", wrkThreads, strings.Join(loadSummary(), "; "))}
 	notes = append(notes, peerNotes("haproxy")()...)
-	if why := cfloorWhyNot(); why != "" {
-		notes = append(notes, "skipped c-floor: "+why)
+	// Their reasons start with their names.
+	cfloorWhy := cfloorWhyNot()
+	if cfloorWhy != "" {
+		notes = append(notes, "skipped "+cfloorWhy)
 	}
 	if why := uring.whyNot(); why != "" {
-		notes = append(notes, "skipped uring-floor (liburing-dev): "+why)
+		if cfloorWhy == "" {
+			// cc works: what is missing is liburing.
+			why += " (liburing-dev)"
+		}
+		notes = append(notes, "skipped "+why)
 	}
 	if ZeroioCommand == "" {
 		notes = append(notes, "skipped zeroio: no zeroio executable to run")

@@ -61,3 +61,18 @@ func TestStopAllEndsPeers(t *testing.T) {
 		t.Errorf("StopAll left %s behind: %v", dir, err)
 	}
 }
+
+// A suite that needs several programs names every one missing: relay-http
+// on a fresh machine says nginx and wrk, not nginx and later wrk.
+func TestNeedToolsNamesAllMissing(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("relay suites: linux only")
+	}
+	t.Setenv("PATH", t.TempDir())
+	if got, want := needTools("nginx", "wrk"), "nginx, wrk not on PATH"; got != want {
+		t.Errorf("needTools = %q, want %q", got, want)
+	}
+	if got := needTools(); got != "" {
+		t.Errorf("needTools() = %q, want \"\"", got)
+	}
+}
