@@ -377,3 +377,30 @@ func TestBenchAllSkipped(t *testing.T) {
 		t.Errorf("report.html gives a negative duration")
 	}
 }
+
+// When a peer cannot start (nginx cannot bind), every case of a suite
+// fails: the table and report.html say so and show no empty table, and
+// report.html does not claim "0 allocs/op" for cases that never ran.
+func TestBenchAllFailed(t *testing.T) {
+	var cases []*caseResult
+	for _, impl := range []string{"direct", "zeroio", "haproxy"} {
+		cases = append(cases, &caseResult{Name: "load=x/impl=" + impl, Impl: impl, Config: "load=x",
+			Failed: "nginx did not listen on 127.0.0.1:1: bind() failed"})
+	}
+	s := &suiteResult{Group: "relay-http", Name: "RelayHTTP", Metric: "req/s", Also: []string{"cpu-µs/req"}, Cases: cases}
+	rep := &report{Count: 2, Suites: []*suiteResult{s}}
+	rep.summarize()
+	var out bytes.Buffer
+	rep.writeTable(&out)
+	if strings.Contains(out.String(), "config") || strings.Count(out.String(), "FAILED") != 3 {
+		t.Errorf("table: want no empty table and three FAILED lines:\n%s", out.String())
+	}
+	var html bytes.Buffer
+	if err := rep.writeHTML(&html); err != nil {
+		t.Fatal(err)
+	}
+	h := html.String()
+	if strings.Contains(h, "<table>") || strings.Count(h, "bind() failed") != 3 || strings.Contains(h, "0 allocs/op") {
+		t.Errorf("report.html: want the three failures, no table and no allocation claim:\n%s", h[strings.Index(h, "<section"):])
+	}
+}

@@ -58,7 +58,10 @@ type htmlSuite struct {
 	Charts      []chart
 	AllocCharts []chart
 	NoAllocs    bool
-	Table       template.HTML
+	// Ran: some case has samples. Without, there are no allocations
+	// to speak of ("0 allocs/op" would be a result no case gave).
+	Ran   bool
+	Table template.HTML
 }
 
 // xKeys are the config keys that make a good x axis, in preference order.
@@ -297,18 +300,25 @@ func rowUnits(s *suiteResult) []string {
 
 // pivotHTML renders the suite's rows as a table of medians and ratios.
 func pivotHTML(s *suiteResult, withRatio bool) template.HTML {
+	rows := append(s.Rows[:len(s.Rows):len(s.Rows)], s.AlsoRows...)
+	// As in the text table, only the impls with a value in some row,
+	// and no table at all when every case failed or skipped.
+	impls := rowImpls(s, rows)
+	if len(impls) == 0 {
+		return ""
+	}
 	var b strings.Builder
 	b.WriteString("<table><tr><th>config</th><th>unit</th>")
-	for _, im := range s.Impls {
+	for _, im := range impls {
 		fmt.Fprintf(&b, "<th>%s</th>", template.HTMLEscapeString(im))
 	}
 	if withRatio {
 		b.WriteString("<th>zeroio vs best peer</th>")
 	}
 	b.WriteString("</tr>")
-	for _, rw := range append(s.Rows[:len(s.Rows):len(s.Rows)], s.AlsoRows...) {
+	for _, rw := range rows {
 		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td>", template.HTMLEscapeString(rw.Config), template.HTMLEscapeString(rw.Unit))
-		for _, im := range s.Impls {
+		for _, im := range impls {
 			v, ok := medianOf(s, rw.Config, im, rw.Unit)
 			if !ok {
 				v = math.NaN()
@@ -369,9 +379,11 @@ figcaption i{display:inline-block;width:14px;height:4px;vertical-align:middle;ma
 <p class="note">{{.Metric}}, {{if .Higher}}higher{{else}}lower{{end}} is better.</p>
 {{range .Charts}}{{template "fig" .}}{{end}}
 {{.Table}}
-<h3>Allocations (allocs/op)</h3>
+{{range .Cases}}{{if .Failed}}<p class="skipped">Failed {{.Name}}: {{.Failed}}</p>
+{{else if and .Skipped (not .Samples)}}<p class="note">Skipped {{.Name}}: {{.Skipped}}</p>
+{{end}}{{end}}{{if .Ran}}<h3>Allocations (allocs/op)</h3>
 {{if .NoAllocs}}<p class="note">Every implementation: 0 allocs/op.</p>{{else}}
-{{range .AllocCharts}}{{template "fig" .}}{{end}}{{end}}
+{{range .AllocCharts}}{{template "fig" .}}{{end}}{{end}}{{end}}
 {{end}}</section>
 {{end}}
 <p class="note">Raw results: bench.txt (for benchstat), results.json. Made by <code>zeroio bench</code>.</p>
@@ -416,6 +428,7 @@ func (r *report) writeHTML(w io.Writer) error {
 			any := false
 			for _, c := range s.Cases {
 				any = any || c.Medians["allocs/op"] > 0
+				hs.Ran = hs.Ran || len(c.Samples) > 0
 			}
 			hs.NoAllocs = !any
 			if any {

@@ -416,6 +416,9 @@ func writeRows(w io.Writer, s *suiteResult, rows []row, unit string) {
 	// of dashes as if they were results; likewise the ratio columns when
 	// no peer ran.
 	impls := rowImpls(s, rows)
+	if len(impls) == 0 {
+		return // every case failed or skipped: the lines below say why
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprint(tw, "config\t")
 	for _, im := range impls {
