@@ -70,6 +70,10 @@ func startNginx() (*nginxServer, error) {
 	}
 	cmd := exec.Command("nginx", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log"))
 	ownGroup(cmd) // master and worker stop together
+	// What nginx says before its error log is open (it cannot open it,
+	// a bad option, a library missing) reaches only its stderr.
+	stderr := &tailBuffer{max: 4 << 10}
+	cmd.Stderr = stderr
 	exited, err := startChild(cmd)
 	if err != nil {
 		removeTempDir(dir)
@@ -79,8 +83,15 @@ func startNginx() (*nginxServer, error) {
 	n.exited = exited
 	if !waitListenOrExit(n.addr, n.exited) {
 		log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+		why := strings.TrimSpace(string(log))
+		if why == "" {
+			why = stderr.String()
+		}
 		n.stop()
-		return nil, fmt.Errorf("nginx did not listen on %s: %s", n.addr, strings.TrimSpace(string(log)))
+		if why == "" {
+			why = "no message in its error log or on stderr"
+		}
+		return nil, fmt.Errorf("nginx did not listen on %s: %s", n.addr, why)
 	}
 	return n, nil
 }

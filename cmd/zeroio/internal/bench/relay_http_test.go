@@ -231,3 +231,25 @@ func TestURingFloorRelays(t *testing.T) {
 	}
 	runCase(t, func(b *testing.B) { runRelayStreams(b, "uring-floor", 200, 64<<10) })
 }
+
+// An nginx that fails before its error log is open says why only on
+// stderr: startNginx must pass that on, not "did not listen on ...: ".
+func TestStartNginxSaysWhy(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the HTTP suite runs on linux only")
+	}
+	bin := t.TempDir()
+	fake := "#!/bin/sh\necho 'nginx: [alert] could not open error log file' >&2\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(bin, "nginx"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	n, err := startNginx()
+	if err == nil {
+		n.stop()
+		t.Fatal("startNginx with an nginx that exits at once: no error")
+	}
+	if !strings.Contains(err.Error(), "could not open error log file") {
+		t.Errorf("error %q does not say what nginx said", err)
+	}
+}
