@@ -42,10 +42,10 @@ func startChild(cmd *exec.Cmd) (<-chan struct{}, error) {
 	return exited, nil
 }
 
-// tempDir makes a temporary directory that StopAll removes unless
-// removeTempDir did first.
-func tempDir(pattern string) (string, error) {
-	dir, err := os.MkdirTemp("", pattern)
+// tempDir makes a temporary directory in parent (os.TempDir() if "")
+// that StopAll removes unless removeTempDir did first.
+func tempDir(parent, pattern string) (string, error) {
+	dir, err := os.MkdirTemp(parent, pattern)
 	if err != nil {
 		return "", err
 	}

@@ -59,7 +59,7 @@ http {
 // startNginx starts nginx on a free loopback port and returns once it
 // answers.
 func startNginx() (*nginxServer, error) {
-	dir, err := tempDir("zeroio-nginx-*")
+	dir, err := tempDir("", "zeroio-nginx-*")
 	if err != nil {
 		return nil, err
 	}

@@ -27,7 +27,7 @@ func TestStopAllEndsPeers(t *testing.T) {
 	if _, err := exec.LookPath("sh"); err != nil {
 		t.Skip("no sh")
 	}
-	dir, err := tempDir("zeroio-stopall-*")
+	dir, err := tempDir("", "zeroio-stopall-*")
 	if err != nil {
 		t.Fatal(err)
 	}

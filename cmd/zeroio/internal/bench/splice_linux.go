@@ -249,9 +249,10 @@ func benchSplice(b *testing.B, srcKind, dstKind string, size int64, copyFn func(
 
 // benchDir returns a directory for the file ends: on tmpfs (/dev/shm)
 // where there is one, so disk writeback does not add noise to the copy.
+// An interrupted zeroio bench removes it too (StopAll): tmpfs is memory.
 func benchDir(b *testing.B) string {
-	if dir, err := os.MkdirTemp("/dev/shm", "zeroio-splice"); err == nil {
-		b.Cleanup(func() { os.RemoveAll(dir) })
+	if dir, err := tempDir("/dev/shm", "zeroio-splice"); err == nil {
+		b.Cleanup(func() { removeTempDir(dir) })
 		return dir
 	}
 	return b.TempDir()
