@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -288,7 +287,10 @@ func TestBenchInterruptStopsPeers(t *testing.T) {
 	code := make(chan int, 1)
 	stop := stopOnInterrupt(&stderr, func(c int) { code <- c })
 	defer stop()
-	syscall.Kill(os.Getpid(), syscall.SIGINT)
+	self, _ := os.FindProcess(os.Getpid())
+	if err := self.Signal(os.Interrupt); err != nil {
+		t.Skipf("cannot send SIGINT here: %v", err)
+	}
 	select {
 	case c := <-code:
 		if c != 130 || !strings.Contains(stderr.String(), "interrupted") || strings.Count(strings.TrimSpace(stderr.String()), "\n") > 0 {

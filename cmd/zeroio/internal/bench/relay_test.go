@@ -1,13 +1,8 @@
 package bench
 
 import (
-	"errors"
-	"os"
-	"os/exec"
 	"runtime"
-	"syscall"
 	"testing"
-	"time"
 )
 
 func BenchmarkRelayIperf3(b *testing.B)  { runSuite(b, "RelayIperf3") }
@@ -15,52 +10,6 @@ func BenchmarkRelayIdle(b *testing.B)    { runSuite(b, "RelayIdle") }
 func BenchmarkRelayUDP(b *testing.B)     { runSuite(b, "RelayUDP") }
 func BenchmarkRelayLatency(b *testing.B) { runSuite(b, "RelayLatency") }
 func BenchmarkRelayStreams(b *testing.B) { runSuite(b, "RelayStreams") }
-
-// An interrupted zeroio bench calls StopAll: a peer in a process group of
-// its own (nginx's master and worker, here a shell and the sleep it
-// forked) must die whole, and its temporary directory go, or they outlive
-// the bench.
-func TestStopAllEndsPeers(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("process groups: linux only")
-	}
-	if _, err := exec.LookPath("sh"); err != nil {
-		t.Skip("no sh")
-	}
-	dir, err := tempDir("", "zeroio-stopall-*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("sh", "-c", "sleep 30 & sleep 30")
-	ownGroup(cmd)
-	exited, err := startChild(cmd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pgid := cmd.Process.Pid
-	StopAll()
-	select {
-	case <-exited:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the peer still runs after StopAll")
-	}
-	// The forked sleep, alone in the group now, goes with it.
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		err := syscall.Kill(-pgid, 0)
-		if errors.Is(err, syscall.ESRCH) {
-			break
-		}
-		if time.Now().After(deadline) {
-			syscall.Kill(-pgid, syscall.SIGKILL)
-			t.Fatalf("the peer's process group is still alive after StopAll (kill -0: %v)", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if _, err := os.Stat(dir); !os.IsNotExist(err) {
-		os.RemoveAll(dir)
-		t.Errorf("StopAll left %s behind: %v", dir, err)
-	}
-}
 
 // A suite that needs several programs names every one missing: relay-http
 // on a fresh machine says nginx and wrk, not nginx and later wrk.
