@@ -79,17 +79,13 @@ func (p *cProgram) compile(file string) (string, error) {
 		return "", fmt.Errorf("%s: no C compiler: cc not on PATH", p.name)
 	}
 	sum := sha256.Sum256(append(append([]byte(nil), p.src...), floorHeader...))
-	dir, err := os.UserCacheDir()
+	dir, err := cBuildDir()
 	if err != nil {
-		dir = os.TempDir()
+		return "", fmt.Errorf("%s: %v", p.name, err)
 	}
-	dir = filepath.Join(dir, "zeroio-bench")
 	exe := filepath.Join(dir, file+"-"+hex.EncodeToString(sum[:8]))
 	if _, err := os.Stat(exe); err == nil {
 		return exe, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("%s: %v", p.name, err)
 	}
 	// The sources as in testdata: the program in a directory of its
 	// own, the header beside that directory.
@@ -123,6 +119,29 @@ func (p *cProgram) compile(file string) (string, error) {
 		return "", fmt.Errorf("%s: %v", p.name, err)
 	}
 	return exe, nil
+}
+
+// cBuildDir returns the directory the C relays are compiled into: the
+// user's cache directory, else, for a user with none that is writable (a
+// system user's HOME is /nonexistent), one of the user's own in
+// os.TempDir(), used only if no one else can write to it, as what is in
+// it is run.
+func cBuildDir() (string, error) {
+	dir, cacheErr := os.UserCacheDir()
+	if cacheErr == nil {
+		dir = filepath.Join(dir, "zeroio-bench")
+		if cacheErr = os.MkdirAll(dir, 0o755); cacheErr == nil {
+			return dir, nil
+		}
+	}
+	tmp := filepath.Join(os.TempDir(), fmt.Sprintf("zeroio-bench-%d", os.Getuid()))
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return "", fmt.Errorf("no cache directory (%v), nor %v", cacheErr, err)
+	}
+	if fi, err := os.Stat(tmp); err != nil || !ownDir(fi) {
+		return "", fmt.Errorf("no cache directory (%v), and %s is not the user's own", cacheErr, tmp)
+	}
+	return tmp, nil
 }
 
 // start runs the program relaying to target (host:port, IPv4), one event

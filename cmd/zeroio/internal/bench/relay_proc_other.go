@@ -2,7 +2,10 @@
 
 package bench
 
-import "os/exec"
+import (
+	"os"
+	"os/exec"
+)
 
 // On GOOS without process groups the relay alone is stopped; the relay
 // suites run on linux only.
@@ -15,3 +18,5 @@ func killGroup(cmd *exec.Cmd, kill bool) {
 		cmd.Process.Kill()
 	}
 }
+
+func ownDir(fi os.FileInfo) bool { return fi.IsDir() }

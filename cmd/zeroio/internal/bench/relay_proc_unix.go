@@ -3,6 +3,7 @@
 package bench
 
 import (
+	"os"
 	"os/exec"
 	"syscall"
 )
@@ -21,4 +22,11 @@ func killGroup(cmd *exec.Cmd, kill bool) {
 		sig = syscall.SIGKILL
 	}
 	syscall.Kill(-cmd.Process.Pid, sig)
+}
+
+// ownDir reports whether fi, a directory, is the user's and no one else
+// can write to it.
+func ownDir(fi os.FileInfo) bool {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && fi.IsDir() && int(st.Uid) == os.Getuid() && fi.Mode().Perm()&0o022 == 0
 }

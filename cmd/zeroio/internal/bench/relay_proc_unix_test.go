@@ -4,8 +4,10 @@ package bench
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"syscall"
 	"testing"
@@ -55,5 +57,30 @@ func TestStopAllEndsPeers(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		os.RemoveAll(dir)
 		t.Errorf("StopAll left %s behind: %v", dir, err)
+	}
+}
+
+// A system user (su nobody: HOME=/nonexistent) has no cache directory:
+// the C floors are built in a directory of the user's own in TMPDIR
+// instead of being skipped, and never in one others can write to.
+func TestCBuildDirWithoutHome(t *testing.T) {
+	notDir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notDir, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("HOME", filepath.Join(notDir, "home")) // unusable, even by root
+	t.Setenv("XDG_CACHE_HOME", "")
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	dir, err := cBuildDir()
+	want := filepath.Join(tmp, fmt.Sprintf("zeroio-bench-%d", os.Getuid()))
+	if err != nil || dir != want {
+		t.Fatalf("cBuildDir() = %q, %v; want %q", dir, err, want)
+	}
+	if err := os.Chmod(want, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if dir, err := cBuildDir(); err == nil {
+		t.Errorf("cBuildDir() = %q with a world-writable directory; want an error", dir)
 	}
 }
