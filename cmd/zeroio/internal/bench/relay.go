@@ -252,8 +252,11 @@ func startRelayProc(impl, target string) (*relayProc, error) {
 			defer os.Remove(cfg.Name())
 			cmd = exec.Command("haproxy", "-db", "-q", "-f", cfg.Name())
 		}
-		// Their stderr is dropped: socat reports the broken pipes of
-		// connections iperf3 closes, which would garble the results.
+		// Their stderr is kept for an error message only, not shown:
+		// socat reports the broken pipes of connections iperf3 closes,
+		// which would garble the results.
+		stderr := &tailBuffer{max: 4 << 10}
+		cmd.Stderr = stderr
 		ownGroup(cmd)
 		exited, err := startChild(cmd)
 		if err != nil {
@@ -269,10 +272,19 @@ func startRelayProc(impl, target string) (*relayProc, error) {
 				c.Close()
 				return p, nil
 			}
-			time.Sleep(10 * time.Millisecond)
+			select {
+			case <-exited:
+			case <-time.After(10 * time.Millisecond):
+				continue
+			}
+			break // it exited: no use waiting
 		}
 		p.stop()
-		return nil, fmt.Errorf("%s did not listen on %s", impl, addr)
+		why := stderr.String()
+		if why == "" {
+			why = "no message on stderr"
+		}
+		return nil, fmt.Errorf("%s did not listen on %s: %s", impl, addr, why)
 	}
 	exe, err := os.Executable()
 	if err != nil {

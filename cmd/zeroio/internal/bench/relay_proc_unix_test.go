@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -82,5 +83,29 @@ func TestCBuildDirWithoutHome(t *testing.T) {
 	}
 	if dir, err := cBuildDir(); err == nil {
 		t.Errorf("cBuildDir() = %q with a world-writable directory; want an error", dir)
+	}
+}
+
+// A HAProxy that refuses its configuration exits at once with an alert
+// on stderr: the case fails at once, saying what HAProxy said, not after
+// two seconds with "did not listen" alone.
+func TestStartRelayProcSaysWhy(t *testing.T) {
+	bin := t.TempDir()
+	fake := "#!/bin/sh\necho '[ALERT] config : parsing error' >&2\nexit 1\n"
+	if err := os.WriteFile(filepath.Join(bin, "haproxy"), []byte(fake), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	start := time.Now()
+	p, err := startRelayProc("haproxy", "tcp://127.0.0.1:1")
+	if err == nil {
+		p.stop()
+		t.Fatal("startRelayProc with a haproxy that exits at once: no error")
+	}
+	if !strings.Contains(err.Error(), "parsing error") {
+		t.Errorf("error %q does not say what haproxy said", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("took %v to notice haproxy had exited", d)
 	}
 }
