@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"sync"
@@ -16,7 +17,12 @@ var children struct {
 	sync.Mutex
 	cmds map[*exec.Cmd]bool
 	dirs map[string]bool
+	// stopping: StopAll ran, and zeroio bench is about to exit; a case
+	// still running must start nothing that would outlive it.
+	stopping bool
 }
+
+var errStopping = errors.New("zeroio bench is stopping")
 
 // startChild starts cmd and returns a channel closed once it has exited
 // and been waited for. Until then StopAll kills it (its process group if
@@ -24,6 +30,9 @@ var children struct {
 func startChild(cmd *exec.Cmd) (<-chan struct{}, error) {
 	children.Lock()
 	defer children.Unlock()
+	if children.stopping {
+		return nil, errStopping
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -45,12 +54,15 @@ func startChild(cmd *exec.Cmd) (<-chan struct{}, error) {
 // tempDir makes a temporary directory in parent (os.TempDir() if "")
 // that StopAll removes unless removeTempDir did first.
 func tempDir(parent, pattern string) (string, error) {
+	children.Lock()
+	defer children.Unlock()
+	if children.stopping {
+		return "", errStopping
+	}
 	dir, err := os.MkdirTemp(parent, pattern)
 	if err != nil {
 		return "", err
 	}
-	children.Lock()
-	defer children.Unlock()
 	if children.dirs == nil {
 		children.dirs = map[string]bool{}
 	}
@@ -68,10 +80,12 @@ func removeTempDir(dir string) {
 // StopAll kills every child started through startChild that is still
 // running, with its process group, and removes the temporary directories
 // still in use: for zeroio bench to call when it is interrupted, before
-// it exits. Children started afterwards are not covered.
+// it exits. After it, startChild and tempDir fail, so that a case still
+// running starts nothing that would outlive zeroio bench.
 func StopAll() {
 	children.Lock()
 	defer children.Unlock()
+	children.stopping = true
 	for cmd := range children.cmds {
 		if inOwnGroup(cmd) {
 			killGroup(cmd, true)

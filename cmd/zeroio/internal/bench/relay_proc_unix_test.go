@@ -37,7 +37,7 @@ func TestStopAllEndsPeers(t *testing.T) {
 		t.Fatal(err)
 	}
 	pgid := cmd.Process.Pid
-	StopAll()
+	stopAll(t)
 	select {
 	case <-exited:
 	case <-time.After(5 * time.Second):
@@ -58,6 +58,18 @@ func TestStopAllEndsPeers(t *testing.T) {
 	if _, err := os.Stat(dir); !os.IsNotExist(err) {
 		os.RemoveAll(dir)
 		t.Errorf("StopAll left %s behind: %v", dir, err)
+	}
+	// A case still running when the bench is interrupted starts no new
+	// peer: it would outlive the bench, which exits right after StopAll.
+	late := exec.Command("sleep", "30")
+	if _, err := startChild(late); err == nil {
+		late.Process.Kill()
+		late.Wait()
+		t.Error("startChild after StopAll started a child")
+	}
+	if dir, err := tempDir("", "zeroio-stopall-*"); err == nil {
+		os.RemoveAll(dir)
+		t.Error("tempDir after StopAll made a directory")
 	}
 }
 

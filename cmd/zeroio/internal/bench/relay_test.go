@@ -25,3 +25,14 @@ func TestNeedToolsNamesAllMissing(t *testing.T) {
 		t.Errorf("needTools() = %q, want \"\"", got)
 	}
 }
+
+// stopAll runs StopAll for a test, and lets the tests after it start
+// children again.
+func stopAll(t *testing.T) {
+	t.Cleanup(func() {
+		children.Lock()
+		children.stopping = false
+		children.Unlock()
+	})
+	StopAll()
+}

@@ -16,7 +16,7 @@ func TestStopAllRemovesSpliceDir(t *testing.T) {
 	testing.Benchmark(func(b *testing.B) {
 		if dir == "" {
 			dir = benchDir(b)
-			StopAll()
+			stopAll(t)
 			if _, err := os.Stat(dir); !os.IsNotExist(err) {
 				t.Errorf("StopAll left %s: %v", dir, err)
 			}
