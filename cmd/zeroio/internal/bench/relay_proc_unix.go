@@ -30,3 +30,14 @@ func ownDir(fi os.FileInfo) bool {
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	return ok && fi.IsDir() && int(st.Uid) == os.Getuid() && fi.Mode().Perm()&0o022 == 0
 }
+
+// openFileLimit returns RLIMIT_NOFILE's soft limit (the Go runtime has
+// raised it to the hard one), which the relays started here inherit;
+// ok is false if it cannot be read.
+func openFileLimit() (limit uint64, ok bool) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		return 0, false
+	}
+	return uint64(rl.Cur), true
+}

@@ -121,3 +121,27 @@ func TestStartRelayProcSaysWhy(t *testing.T) {
 		t.Errorf("took %v to notice haproxy had exited", d)
 	}
 }
+
+// Under a low open-file limit (ulimit -n 1024) the idle cases skip,
+// saying so, instead of running out of descriptors and waiting out a
+// 30 s deadline per connection the backend never accepted.
+func TestRelayIdleSkipsUnderLowFDLimit(t *testing.T) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		t.Skip(err)
+	}
+	saved := rl
+	defer syscall.Setrlimit(syscall.RLIMIT_NOFILE, &saved)
+	rl.Cur = min(1024, rl.Max)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+		t.Skip(err)
+	}
+	for _, impl := range []string{"zeroio", "iocopy"} {
+		if why := idleFDShortage(impl, 500); !strings.Contains(why, "ulimit -n") {
+			t.Errorf("%s, 500 connections, limit %d: %q, want a skip naming ulimit -n", impl, rl.Cur, why)
+		}
+	}
+	if why := idleFDShortage("iocopy", 100); why != "" {
+		t.Errorf("iocopy, 100 connections, limit %d: %q, want none", rl.Cur, why)
+	}
+}
