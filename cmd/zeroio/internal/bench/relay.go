@@ -205,8 +205,25 @@ type relayProc struct {
 // HAProxy runs alike in each: TCP mode, splice-auto (HAProxy splices where
 // it judges it worth it), and client and server timeouts longer than any
 // benchmark.
-const haproxyHead = `global
-	maxconn 6000
+func haproxyHead() string {
+	return fmt.Sprintf(haproxyHeadFormat, haproxyMaxconn(openFileLimit()))
+}
+
+// haproxyMaxconn is 6000, more than any case opens, or as many as the
+// open-file limit holds: HAProxy counts two descriptors a connection and
+// two a pipe (maxpipes is maxconn/4, for splice-auto), and refuses to
+// start ("Cannot raise FD limit to 1171, limit is 1024") when maxconn
+// needs more than the limit.
+func haproxyMaxconn(limit uint64, ok bool) int {
+	const want, spare = 6000, 100
+	if !ok || limit >= want*5/2+spare {
+		return want
+	}
+	return max(int(limit)-spare, 3) * 2 / 5
+}
+
+const haproxyHeadFormat = `global
+	maxconn %d
 defaults
 	mode tcp
 	timeout connect 5s
@@ -244,13 +261,15 @@ func startRelayProc(impl, target string) (*relayProc, error) {
 			if err != nil {
 				return nil, err
 			}
-			fmt.Fprintf(cfg, haproxyHead+`listen relay
+			fmt.Fprintf(cfg, haproxyHead()+`listen relay
 	bind %s
 	server target %s
 `, addr, tgt[1])
 			cfg.Close()
 			defer os.Remove(cfg.Name())
-			cmd = exec.Command("haproxy", "-db", "-q", "-f", cfg.Name())
+			// Not -q: that would silence its alerts, the reason it
+			// did not start.
+			cmd = exec.Command("haproxy", "-db", "-f", cfg.Name())
 		}
 		// Their stderr is kept for an error message only, not shown:
 		// socat reports the broken pipes of connections iperf3 closes,

@@ -5,6 +5,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -143,5 +144,47 @@ func TestRelayIdleSkipsUnderLowFDLimit(t *testing.T) {
 	}
 	if why := idleFDShortage("iocopy", 100); why != "" {
 		t.Errorf("iocopy, 100 connections, limit %d: %q, want none", rl.Cur, why)
+	}
+}
+
+// Under ulimit -n 1024 HAProxy with maxconn 6000 refused to start
+// ("Cannot raise FD limit to 15017"), failing every haproxy case: its
+// maxconn now fits the limit, and it starts.
+func TestHAProxyUnderLowFDLimit(t *testing.T) {
+	if got := haproxyMaxconn(1<<20, true); got != 6000 {
+		t.Errorf("no limit to speak of: maxconn %d, want 6000", got)
+	}
+	if needTools("haproxy", "sh") != "" {
+		t.Skip("haproxy or sh not on PATH")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port, err := freePort("tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := fmt.Sprintf("127.0.0.1:%d", port)
+	conf := fmt.Sprintf(haproxyHeadFormat, haproxyMaxconn(1024, true)) +
+		fmt.Sprintf("listen relay\n\tbind %s\n\tserver target %s\n", listen, ln.Addr())
+	file := filepath.Join(t.TempDir(), "haproxy.cfg")
+	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The soft and the hard limit, as ulimit -n sets them.
+	cmd := exec.Command("sh", "-c", `ulimit -n 1024 && exec haproxy -db -f "$0"`, file)
+	stderr := &tailBuffer{max: 4 << 10}
+	cmd.Stderr = stderr
+	ownGroup(cmd)
+	exited, err := startChild(cmd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &relayProc{cmd: cmd, addr: listen, exited: exited}
+	defer p.stop()
+	if !waitListenOrExit(listen, exited) {
+		t.Fatalf("haproxy under ulimit -n 1024 did not listen: %s", stderr)
 	}
 }

@@ -389,7 +389,7 @@ func zeroioRejects(file string) string {
 // documentation shows for TLS passthrough: wait for a whole ClientHello,
 // then pick the backend from req.ssl_sni.
 func haproxySNIConf(listen string, backends [2]string) string {
-	return fmt.Sprintf(haproxyHead+`frontend sni
+	return fmt.Sprintf(haproxyHead()+`frontend sni
 	bind %s
 	tcp-request inspect-delay 5s
 	tcp-request content accept if { req.ssl_hello_type 1 }
@@ -414,7 +414,7 @@ func startHAProxy(listen, conf string) (*relayProc, error) {
 	if err := os.WriteFile(file, []byte(conf), 0o644); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("haproxy", "-db", "-q", "-f", file)
+	cmd := exec.Command("haproxy", "-db", "-f", file) // not -q: its alerts say why it failed
 	stderr := &tailBuffer{max: 4 << 10}
 	cmd.Stderr = stderr
 	ownGroup(cmd)
