@@ -117,8 +117,8 @@ func hostOK(host string) bool {
 // bindKey names the socket address a listens on, for finding routes that
 // would bind one address under two spellings (tcp and tcp4, ::1 and
 // 0::1, a path and its cleaned form): protocol, IP and port, or the
-// socket path. It returns "" for a host name, whose addresses are the
-// resolver's, and for port 0.
+// socket path. A host name is kept as written: its addresses are the
+// resolver's. It returns "" for port 0, a new port on each bind.
 func (a Addr) bindKey() string {
 	if a.Network == "unix" {
 		if strings.HasPrefix(a.Address, "@") {
@@ -126,11 +126,14 @@ func (a Addr) bindKey() string {
 		}
 		return "unix " + filepath.Clean(a.Address)
 	}
-	ap, err := netip.ParseAddrPort(a.Address)
-	if err != nil || ap.Port() == 0 {
+	if a.port() == 0 {
 		return ""
 	}
 	proto := strings.TrimRight(a.Network, "46")
+	ap, err := netip.ParseAddrPort(a.Address)
+	if err != nil {
+		return proto + " " + a.Address
+	}
 	return proto + " " + netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String()
 }
 

@@ -16,16 +16,8 @@ func checkFronts(routes []Route) []error {
 	var errs []error
 	groups := map[string][]int{}
 	var keys []string
-	udp := map[string]bool{}
 	for i := range routes {
 		r := &routes[i]
-		if r.Listen.Datagram() && r.Listen.port() != 0 {
-			if k := r.Listen.String(); udp[k] {
-				errs = append(errs, fmt.Errorf("route %q: listen address %s used twice", r.Name, k))
-			} else {
-				udp[k] = true
-			}
-		}
 		if r.Listen.Datagram() || r.Listen.Network == "" {
 			continue
 		}
@@ -54,10 +46,11 @@ func checkFronts(routes []Route) []error {
 	return append(errs, checkOverlap(routes)...)
 }
 
-// checkSpellings refuses routes that listen on one socket address written
-// two ways (tcp://127.0.0.1:80 and tcp4://127.0.0.1:80, [::1] and
-// [0::1]): they would not share a listener, as routes of one address do,
-// and the second bind would fail with "address in use" only at start.
+// checkSpellings refuses routes that would bind one socket address twice,
+// which would fail with "address in use" only at start: two UDP routes
+// on one address (stream routes share theirs, as a front), or routes of
+// either kind on one address written two ways (tcp://127.0.0.1:80 and
+// tcp4://127.0.0.1:80, [::1] and [0::1]), which would not share it.
 func checkSpellings(routes []Route) []error {
 	var errs []error
 	seen := map[string]*Route{}
@@ -73,6 +66,8 @@ func checkSpellings(routes []Route) []error {
 			seen[k] = r
 		case o.Listen != r.Listen:
 			errs = append(errs, fmt.Errorf("routes %q (%s) and %q (%s) listen on one address written two ways: write it the same in both", o.Name, o.Listen, r.Name, r.Listen))
+		case r.Listen.Datagram():
+			errs = append(errs, fmt.Errorf("route %q: listen address %s used twice", r.Name, r.Listen))
 		}
 	}
 	return errs
