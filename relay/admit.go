@@ -84,7 +84,7 @@ func (s *Server) pause(rt *route, done, rdone <-chan struct{}) bool {
 	}
 	if rt != nil {
 		rt.pausing()
-		start := pauseClock()
+		start := mono()
 		rt.st.pauses.begin(start)
 		defer rt.st.pauses.end(start)
 	}

@@ -106,7 +106,7 @@ type loopListener struct {
 	bo      backoff // paces accept errors, and logs them by episode
 	more    bool    // accept stopped at its batch bound
 	paused  *route  // accepting paused at a limit (the route, or the front's)
-	pauseAt int64   // when the pause began, on pauseClock
+	pauseAt int64   // when the pause began, on mono
 	full    bool    // accepting paused at a limit, waiting for a slot to free
 }
 
@@ -115,10 +115,6 @@ type loopListener struct {
 // (never 0), which the connection keeps for that side; with Pad 0, Fd is
 // a listener's index, or -1 for the eventfd.
 const evWake = -1
-
-var base = time.Now()
-
-func mono() int64 { return int64(time.Since(base)) }
 
 func newLoop(e *eventEngine, id int) (*loop, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
@@ -417,7 +413,7 @@ func (l *loop) acceptAll(ll *loopListener) {
 		if s.atLimit(rt) {
 			if ll.paused == nil && rt != nil {
 				rt.pausing()
-				ll.paused, ll.pauseAt = rt, pauseClock()
+				ll.paused, ll.pauseAt = rt, l.now
 				rt.st.pauses.begin(ll.pauseAt)
 			}
 			ll.retryAt = l.now + pauseRetry

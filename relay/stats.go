@@ -141,16 +141,17 @@ type pauseTime struct {
 	mu     sync.Mutex
 	ended  time.Duration // waits that ended
 	n      int64         // waits going on
-	starts int64         // sum of their start times, on pauseClock
+	starts int64         // sum of their start times, on mono
 }
 
-// pauseBase is the origin of pauseClock.
-var pauseBase = time.Now()
+// base is the origin of mono.
+var base = time.Now()
 
-// pauseClock is the pauses' clock: monotonic nanoseconds since pauseBase.
-func pauseClock() int64 { return int64(time.Since(pauseBase)) }
+// mono is the relay's clock: monotonic nanoseconds since base. The event
+// loops keep their time on it, and pauseTime its starts.
+func mono() int64 { return int64(time.Since(base)) }
 
-// begin records a wait beginning at start (pauseClock).
+// begin records a wait beginning at start (mono).
 func (p *pauseTime) begin(start int64) {
 	p.mu.Lock()
 	p.n++
@@ -160,7 +161,7 @@ func (p *pauseTime) begin(start int64) {
 
 // end records that the wait begun at start ends.
 func (p *pauseTime) end(start int64) {
-	now := pauseClock()
+	now := mono()
 	p.mu.Lock()
 	p.n--
 	p.starts -= start
@@ -173,5 +174,5 @@ func (p *pauseTime) end(start int64) {
 func (p *pauseTime) total() (time.Duration, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.ended + time.Duration(p.n*pauseClock()-p.starts), p.n > 0
+	return p.ended + time.Duration(p.n*mono()-p.starts), p.n > 0
 }
