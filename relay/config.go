@@ -107,7 +107,10 @@ type Route struct {
 	IdleTimeout time.Duration
 	// MaxConns limits this route's concurrent stream relays and
 	// MaxConnsPerClient those from one client IP address; 0 is no limit.
-	// Connections over a limit are accepted and closed at once.
+	// At MaxConns the route's listeners are not read and clients wait in
+	// the listen backlog; a client already accepted (its route chosen by
+	// its ClientHello) waits for a slot. A client over MaxConnsPerClient
+	// is accepted and closed at once.
 	MaxConns, MaxConnsPerClient int
 	// Allow and Deny are the access lists for client addresses: a match in
 	// Deny refuses; if Allow is not empty, only matches are admitted.

@@ -41,11 +41,26 @@
 // route and per client IP address; access lists ([Route.Allow],
 // [Route.Deny]) admit clients by CIDR. PROXY protocol v1 and v2 headers can
 // be sent to the target and accepted from a trusted downstream proxy.
-// At the global or a route's limit, or at the most relays the
-// descriptor limit allows, accepting pauses and clients wait in the
-// listen backlog; only the per-client limit accepts and closes. When
-// accept fails for lack of descriptors (EMFILE), the accept loop backs
-// off from 5 ms to 1 s instead of spinning, logging once per episode.
+// Each limit acts differently:
+//
+//   - At the global limit, or at the most relays the descriptor limit
+//     allows, and at [Route.MaxConns] of a route alone on its listen
+//     address, the listeners are not read: clients wait in the kernel's
+//     listen backlog and are accepted as slots free.
+//   - On an address shared by routes told apart by their ClientHello,
+//     a route's MaxConns is known only once the hello has chosen it: the
+//     client is accepted and, its route full, waits connected for a
+//     slot, as does a client accepted just as another listener took the
+//     last slot, or handed over by a reload. It is closed only if its
+//     route stops first.
+//   - [Route.MaxConnsPerClient], which needs the client's address,
+//     accepts the client and closes it at once.
+//   - A UDP route at [Route.MaxSessions] drops the datagrams of new
+//     clients and counts them.
+//
+// When accept fails for lack of descriptors (EMFILE), the accept loop
+// backs off from 5 ms to 1 s instead of spinning, logging once per
+// episode.
 //
 // # Engines
 //
