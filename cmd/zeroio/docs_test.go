@@ -3,11 +3,13 @@ package main
 import (
 	"flag"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // relayDoc is the relay's reference, which must name every flag and
@@ -100,4 +102,64 @@ func TestYAMLKeysFindsNested(t *testing.T) {
 			t.Errorf("yamlKeys misses %q; got %v", want, keys)
 		}
 	}
+}
+
+// TestDocLinksResolve fails when a relative link in README.md or docs/
+// points at a file or directory that does not exist.
+func TestDocLinksResolve(t *testing.T) {
+	files, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files = append(files, "../../README.md")
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllStringSubmatch(string(b), -1) {
+			target, anchor, _ := strings.Cut(m[1], "#")
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			if target == "" {
+				if !slices.Contains(anchors(string(b)), anchor) {
+					t.Errorf("%s links to #%s, which no heading of it is", f, anchor)
+				}
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(filepath.Dir(f), target)); err != nil {
+				t.Errorf("%s links to %s, which does not exist", f, m[1])
+			}
+		}
+	}
+}
+
+// anchors returns the anchors GitHub gives the headings of the Markdown
+// text md, outside fenced code: lower case, spaces as hyphens, other
+// punctuation dropped.
+func anchors(md string) []string {
+	var out []string
+	fenced := false
+	for line := range strings.Lines(md) {
+		if strings.HasPrefix(line, "```") {
+			fenced = !fenced
+		}
+		if fenced || !strings.HasPrefix(line, "#") {
+			continue
+		}
+		h := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		var b strings.Builder
+		for _, r := range strings.ToLower(h) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		out = append(out, b.String())
+	}
+	return out
 }
