@@ -33,12 +33,14 @@ var uringSource []byte
 //go:embed testdata/floor.h
 var floorHeader []byte
 
-// A cProgram is one of the bench's C relays, compiled once per process
+// A cProgram is one of the bench's C programs (the relays, the UDP sender
+// and receiver), compiled once per process
 // with cc -O2 into the user's cache directory (named by the source's
 // hash, so an edit rebuilds and a rerun does not), or a temporary one.
 type cProgram struct {
 	name  string
 	src   []byte
+	file  string   // the source's name in testdata, relay.c if ""
 	libs  []string // linker flags
 	probe bool     // the program takes -probe: can it run here?
 	build func() (string, error)
@@ -94,7 +96,11 @@ func (p *cProgram) compile(file string) (string, error) {
 		return "", fmt.Errorf("%s: %v", p.name, err)
 	}
 	defer os.RemoveAll(work)
-	src := filepath.Join(work, file, "relay.c")
+	name := p.file
+	if name == "" {
+		name = "relay.c"
+	}
+	src := filepath.Join(work, file, name)
 	if err := os.Mkdir(filepath.Dir(src), 0o755); err != nil {
 		return "", fmt.Errorf("%s: %v", p.name, err)
 	}

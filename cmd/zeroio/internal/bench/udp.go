@@ -256,8 +256,9 @@ func openZeroio(tb testing.TB, size, batch int, opts *udp.Options) udpPair {
 }
 
 func init() {
-	register(Suite{Group: "udp", Name: "UDP", Cases: udpCases})
-	register(Suite{Group: "udp", Name: "UDPThroughput", Cases: udpThroughputCases, Metric: "delivered-MB/s"})
+	register(Suite{Group: "udp", Name: "UDP", Cases: udpCases, Notes: udpFloorNotes})
+	register(Suite{Group: "udp", Name: "UDPThroughput", Cases: udpThroughputCases, Metric: "delivered-MB/s",
+		AlsoChart: []string{"cpu-s/GiB"}, Notes: udpFloorNotes})
 }
 
 // udpCases are x/net internal/socket's BenchmarkUDP: each op sends n
@@ -296,6 +297,18 @@ func udpCases(sc Scale) []Case {
 			}})
 		}
 	}
+	if udpFloor.whyNot() != "" {
+		return cs
+	}
+	for _, impl := range udpFloorImpls {
+		for _, n := range batches {
+			cs = append(cs, Case{fmt.Sprintf("impl=%s/n=%d", impl.name, n), func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(n * size))
+				runUDPFloor(b, impl.mode, "pingpong", size, n)
+			}})
+		}
+	}
 	return cs
 }
 
@@ -311,104 +324,135 @@ const udpWindow = 4096
 // batches of 128 (wireguard-go's IdealBatchSize) where the impl batches,
 // and read back in batches of 128, at most udpWindow ahead of the
 // receiver. It reports what arrived: delivered MB/s (payload bytes received
-// over the time until the last arrived) and delivered-frac. Lost datagrams
+// over the time until the last arrived), delivered-frac, and the CPU time
+// both ends spent per GiB delivered. The C impls (udp_floor.go) run the
+// same flow in a process of their own. Lost datagrams
 // are counted, never waited for: the sender stops waiting for credit after
 // 50 ms without progress, and the receiver gives up 200 ms after the sender
 // is done and nothing arrives.
 func udpThroughputCases(Scale) []Case {
-	const size, batch = 1400, 128
 	var cs []Case
 	for _, impl := range udpImpls {
+		cs = append(cs, Case{"impl=" + impl.name, func(b *testing.B) { runUDPThroughput(b, impl) }})
+	}
+	if udpFloor.whyNot() != "" {
+		return cs
+	}
+	for _, impl := range udpFloorImpls {
 		cs = append(cs, Case{"impl=" + impl.name, func(b *testing.B) {
-			p := impl.open(b, size, batch)
-			defer p.close()
 			b.ReportAllocs()
-			b.SetBytes(size)
-			total := b.N
-			var got atomic.Int64
-			var last atomic.Int64 // UnixNano of the last arrival
-			recvDone := make(chan error, 1)
-			credit := make(chan struct{}, 1)
-			b.ResetTimer()
-			start := time.Now()
-			go func() {
-				for got.Load() < int64(total) {
-					k, err := p.recv(batch)
-					if err != nil {
-						recvDone <- err
-						return
-					}
-					got.Add(int64(k))
-					last.Store(time.Now().UnixNano())
-					select {
-					case credit <- struct{}{}:
-					default:
-					}
-				}
-				recvDone <- nil
-			}()
-			sendErr := make(chan error, 1)
-			go func() {
-				stall := time.NewTimer(time.Hour)
-				defer stall.Stop()
-				for sent := 0; sent < total; {
-					// Flow control: stay at most udpWindow datagrams ahead
-					// of the receiver; after 50 ms without progress, count
-					// the rest as lost and go on.
-				wait:
-					for int64(sent)-got.Load() > udpWindow {
-						stall.Reset(50 * time.Millisecond) // Go 1.23 timers: no stale tick
-						select {
-						case <-credit:
-						case <-stall.C:
-							break wait
-						}
-					}
-					k := min(batch, total-sent)
-					if err := p.send(k); err != nil {
-						sendErr <- err
-						return
-					}
-					sent += k
-				}
-				sendErr <- nil
-			}()
-			if err := <-sendErr; err != nil {
-				p.unblock()
-				<-recvDone
-				fatal(b, err)
-			}
-			var rerr error
-		wait:
-			for prev := int64(-1); ; {
-				select {
-				case rerr = <-recvDone:
-					break wait
-				case <-time.After(200 * time.Millisecond):
-					if g := got.Load(); g == prev {
-						p.unblock()
-						rerr = <-recvDone
-						break wait
-					} else {
-						prev = g
-					}
-				}
-			}
-			b.StopTimer()
-			if rerr != nil && !isStopErr(rerr) {
-				fatal(b, rerr)
-			}
-			delivered := got.Load()
-			elapsed := time.Duration(last.Load() - start.UnixNano())
-			if delivered == 0 || elapsed <= 0 {
-				b.ReportMetric(0, "delivered-MB/s")
-			} else {
-				b.ReportMetric(float64(delivered*size)/1e6/elapsed.Seconds(), "delivered-MB/s")
-			}
-			b.ReportMetric(float64(delivered)/float64(total), "delivered-frac")
+			b.SetBytes(udpTPSize)
+			r := runUDPFloor(b, impl.mode, "stream", udpTPSize, udpTPBatch)
+			reportThroughput(b, r.delivered, time.Duration(r.lastNs), r.cpuNs)
 		}})
 	}
 	return cs
+}
+
+// The datagrams of BenchmarkUDPThroughput: their size, and how many each
+// send and each read carries at most.
+const udpTPSize, udpTPBatch = 1400, 128
+
+// runUDPThroughput is BenchmarkUDPThroughput's case for a Go impl.
+func runUDPThroughput(b *testing.B, impl udpImpl) {
+	const size, batch = udpTPSize, udpTPBatch
+	p := impl.open(b, size, batch)
+	defer p.close()
+	b.ReportAllocs()
+	b.SetBytes(size)
+	total := b.N
+	var got atomic.Int64
+	var last atomic.Int64 // UnixNano of the last arrival
+	recvDone := make(chan error, 1)
+	credit := make(chan struct{}, 1)
+	b.ResetTimer()
+	cpu0 := selfCPUNs()
+	start := time.Now()
+	go func() {
+		for got.Load() < int64(total) {
+			k, err := p.recv(batch)
+			if err != nil {
+				recvDone <- err
+				return
+			}
+			got.Add(int64(k))
+			last.Store(time.Now().UnixNano())
+			select {
+			case credit <- struct{}{}:
+			default:
+			}
+		}
+		recvDone <- nil
+	}()
+	sendErr := make(chan error, 1)
+	go func() {
+		stall := time.NewTimer(time.Hour)
+		defer stall.Stop()
+		for sent := 0; sent < total; {
+			// Flow control: stay at most udpWindow datagrams ahead
+			// of the receiver; after 50 ms without progress, count
+			// the rest as lost and go on.
+		wait:
+			for int64(sent)-got.Load() > udpWindow {
+				stall.Reset(50 * time.Millisecond) // Go 1.23 timers: no stale tick
+				select {
+				case <-credit:
+				case <-stall.C:
+					break wait
+				}
+			}
+			k := min(batch, total-sent)
+			if err := p.send(k); err != nil {
+				sendErr <- err
+				return
+			}
+			sent += k
+		}
+		sendErr <- nil
+	}()
+	if err := <-sendErr; err != nil {
+		p.unblock()
+		<-recvDone
+		fatal(b, err)
+	}
+	var rerr error
+wait:
+	for prev := int64(-1); ; {
+		select {
+		case rerr = <-recvDone:
+			break wait
+		case <-time.After(200 * time.Millisecond):
+			if g := got.Load(); g == prev {
+				p.unblock()
+				rerr = <-recvDone
+				break wait
+			} else {
+				prev = g
+			}
+		}
+	}
+	b.StopTimer()
+	cpu := selfCPUNs() - cpu0
+	if rerr != nil && !isStopErr(rerr) {
+		fatal(b, rerr)
+	}
+	reportThroughput(b, got.Load(), time.Duration(last.Load()-start.UnixNano()), cpu)
+}
+
+// reportThroughput reports what a BenchmarkUDPThroughput run of b.N
+// datagrams delivered, in elapsed time until the last arrived, and the CPU
+// time the run cost (the process's, both ends; 0 if unknown).
+func reportThroughput(b *testing.B, delivered int64, elapsed time.Duration, cpuNs int64) {
+	bytes := float64(delivered * udpTPSize)
+	if delivered == 0 || elapsed <= 0 {
+		b.ReportMetric(0, "delivered-MB/s")
+	} else {
+		b.ReportMetric(bytes/1e6/elapsed.Seconds(), "delivered-MB/s")
+	}
+	b.ReportMetric(float64(delivered)/float64(b.N), "delivered-frac")
+	if cpuNs > 0 && delivered > 0 {
+		b.ReportMetric(float64(cpuNs)/1e9/(bytes/(1<<30)), "cpu-s/GiB")
+	}
 }
 
 // isStopErr reports the error a receiver gets from unblock.

@@ -18,3 +18,6 @@ func setSockBuf(_ testing.TB, c *net.UDPConn, n int) {
 func setSockBufOnPort(testing.TB, uint16, int) {}
 
 func errDeadline() error { return os.ErrDeadlineExceeded }
+
+// selfCPUNs returns 0: the CPU time is not reported off Linux.
+func selfCPUNs() int64 { return 0 }
