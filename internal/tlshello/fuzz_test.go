@@ -21,6 +21,15 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte("GET / HTTP/1.1\r\n"), 0)
 	f.Fuzz(func(t *testing.T, b []byte, limit int) {
 		var h Info
+		switch err := ParseHandshake(b, limit, &h); err {
+		case nil:
+			if h.Len < 4 || h.Len > len(b) {
+				t.Fatalf("handshake Len %d of %d bytes", h.Len, len(b))
+			}
+		case ErrNeedMore, ErrNotTLS, ErrMalformed, ErrTooLarge:
+		default:
+			t.Fatalf("ParseHandshake: unexpected error %v", err)
+		}
 		err := ParseLimit(b, limit, &h)
 		switch err {
 		case nil, ErrNeedMore, ErrNotTLS, ErrMalformed, ErrTooLarge:

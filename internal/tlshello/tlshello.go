@@ -144,14 +144,41 @@ func ParseLimit(buf []byte, limit int, h *Info) error {
 	return err
 }
 
+// ParseHandshake reads a ClientHello handshake message that is not framed
+// in TLS records: the first bytes of a QUIC connection's CRYPTO stream,
+// where TLS messages travel without a record layer (RFC 9001, 4). It
+// answers as [ParseLimit] does; ErrNotTLS means the first byte is not a
+// ClientHello's type, and Info.Len is the message's length.
+func ParseHandshake(buf []byte, limit int, h *Info) error {
+	*h = Info{}
+	if limit <= 0 {
+		limit = DefaultMaxLen
+	}
+	if len(buf) == 0 {
+		return ErrNeedMore
+	}
+	if buf[0] != typeClientHello {
+		return ErrNotTLS
+	}
+	// One record as long as the limit: next is never called, and a
+	// message past the limit is found too large as a framed one is.
+	r := reader{buf: buf, limit: limit, end: limit, plain: true}
+	err := r.parse(h)
+	if err == ErrNeedMore && len(buf) >= limit {
+		return ErrTooLarge
+	}
+	return err
+}
+
 // reader walks the handshake bytes carried by a run of TLS records,
 // skipping their headers. Every read checks its bounds.
 type reader struct {
 	buf   []byte
 	limit int
-	pos   int // next handshake byte, an offset in buf
-	end   int // end of the current record's payload in buf
-	left  int // handshake bytes of the ClientHello not yet read
+	pos   int  // next handshake byte, an offset in buf
+	end   int  // end of the current record's payload in buf
+	left  int  // handshake bytes of the ClientHello not yet read
+	plain bool // no record layer: the message starts at buf[0]
 }
 
 // next moves pos to the start of the next record's payload.
@@ -261,6 +288,9 @@ func (r *reader) parse(h *Info) error {
 	body := int(hdr[1])<<16 | int(hdr[2])<<8 | int(hdr[3])
 	// The fewest bytes the hello can take: its records at their fullest.
 	records := (handshakeHeaderLen + body + maxRecordLen - 1) / maxRecordLen
+	if r.plain {
+		records = 0
+	}
 	if records*recordHeaderLen+handshakeHeaderLen+body > r.limit {
 		return ErrTooLarge
 	}

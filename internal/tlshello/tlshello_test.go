@@ -243,3 +243,34 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// TestParseHandshake reads the same hellos without their record layer, as
+// QUIC carries them in CRYPTO frames.
+func TestParseHandshake(t *testing.T) {
+	for _, c := range helloCases() {
+		framed := captureHello(t, c.cfg)
+		var want Info
+		if err := Parse(framed, &want); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		msg := framed[recordHeaderLen:want.Len]
+		var h Info
+		if err := ParseHandshake(msg, 0, &h); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if h.Len != len(msg) || string(h.ServerName()) != string(want.ServerName()) || h.NumALPN() != want.NumALPN() {
+			t.Fatalf("%s: Len %d of %d, name %q", c.name, h.Len, len(msg), h.ServerName())
+		}
+		for _, p := range []int{0, 1, 4, len(msg) / 2, len(msg) - 1} {
+			if err := ParseHandshake(msg[:p], 0, &h); err != ErrNeedMore {
+				t.Fatalf("%s: prefix %d: %v", c.name, p, err)
+			}
+		}
+		if err := ParseHandshake(msg, len(msg)-1, &h); err != ErrTooLarge {
+			t.Fatalf("%s: limit below its length: %v", c.name, err)
+		}
+		if err := ParseHandshake(framed, 0, &h); err != ErrNotTLS {
+			t.Fatalf("%s: a record read as a message: %v", c.name, err)
+		}
+	}
+}
