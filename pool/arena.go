@@ -44,12 +44,13 @@ var ErrDoubleDone = errors.New("pool: arena buffer released twice")
 // or not the arena is still used. With Retries 0 nothing is queued: a full
 // shard is left to the garbage collector once its last buffer is released.
 //
-// Make returns a [Buf] by value and allocates nothing. Every allocation in a
-// shard has a bit tagged with the shard's reuse epoch; Done clears it with a
-// compare-and-swap, so releasing the same allocation twice, through copies
-// of the handle or after the shard was recycled, is detected and refused
-// ([ErrDoubleDone]) instead of letting a shard be reused under a live
-// buffer.
+// Make returns a [Buf] by value and allocates nothing; carving from the
+// P's shard takes no atomic read-modify-write instruction. Every allocation
+// in a shard has a release bit in a word tagged with the shard's reuse
+// epoch; Done sets it with a compare-and-swap, so releasing the same
+// allocation twice, through copies of the handle or after the shard was
+// recycled, is detected and refused ([ErrDoubleDone]) instead of letting a
+// shard be reused under a live buffer.
 //
 // # Misuse contract
 //
@@ -63,10 +64,11 @@ var ErrDoubleDone = errors.New("pool: arena buffer released twice")
 //   - A Buf never released keeps its whole shard from being reused, and
 //     alive while B is reachable.
 //   - Buffers that are plain allocations (Make(0), and requests above half
-//     a shard) are not tracked: Done through a copy of such a released
-//     handle returns nil and counts one more release (Stats.Outstanding
-//     can drop below zero). No bytes are shared either way.
+//     a shard) are neither tracked nor counted: Done on any handle of one,
+//     copy or not, returns nil and changes nothing. No bytes are shared
+//     either way.
 type Arena struct {
+	half      int // requests above this are plain allocations
 	shardSize int
 	retries   int
 	locals    perP[arenaLocal]
@@ -76,7 +78,6 @@ type Arena struct {
 	spareLen  int
 	watching  bool          // watchSpare is armed; under spareMu
 	held      *atomic.Int64 // its own allocation: see heldRef
-	heap      *shard        // marks a Buf whose B is a plain allocation
 }
 
 type arenaLocal struct {
@@ -86,7 +87,7 @@ type arenaLocal struct {
 }
 
 // granule is the alignment of every allocation in a shard, and the unit
-// of its allocation bitmap.
+// of its release bitmap.
 const granule = 8
 
 type shard struct {
@@ -102,28 +103,40 @@ type shardState struct {
 	off     int    // bump pointer; touched only by the shard's owner
 	epoch   uint32 // reuse count; touched only by the owner
 	retired uint32 // GC generation when last retired; under spareMu
-	// used lists, in order, the bitmap words that carve set a bit in this
-	// epoch, and the ones before used[live] have been seen empty since
-	// (they stay empty: carving only moves forward). Touched only by the
-	// owner. Checking these words, rather than keeping a count of the
-	// buffers still out, spares every Done a shared atomic add; it costs
-	// at most one load per buffer carved.
-	used  []uint32
-	nused int
-	live  int
-	arena *Arena
-	// words hold one bit per granule where an allocation starts (low 32
-	// bits) and the epoch those bits belong to (high 32 bits), so that a
-	// CAS checks both at once.
+	// last is the bitmap word carved in last in this epoch (noWord before
+	// the first), and lastCarved the bits of the allocations carved in it;
+	// used lists, in order, the words carved in before it with their bits,
+	// and the ones before used[live] have been seen fully released since
+	// (they stay so: carving only moves forward). Touched only by the
+	// owner. Comparing these words with what was carved, rather than
+	// keeping a count of the buffers still out, spares every Make an atomic
+	// instruction and every Done a shared counter; it costs at most one
+	// load per buffer carved.
+	last, lastCarved uint32
+	used             []usedWord
+	nused            int
+	live             int
+	arena            *Arena
+	// words hold one release bit per granule where an allocation starts
+	// (low 32 bits) and the epoch those bits belong to (high 32 bits), so
+	// that Done's compare-and-swap checks both at once. The owner stores
+	// the epoch, with no bit set, when it first carves in a word in an
+	// epoch; only Done sets bits.
 	words []atomic.Uint64
 }
+
+// usedWord is a bitmap word carved in this epoch and the bits of the
+// allocations carved in it.
+type usedWord struct{ word, carved uint32 }
+
+const noWord = math.MaxUint32
 
 // Buf is a buffer carved from an [Arena]. Handles are values: copying one
 // copies the right to release it once.
 type Buf struct {
 	// B has length and capacity n, as asked of Make.
 	B     []byte
-	s     *shard
+	s     *shard // nil for a plain allocation
 	off   uint32
 	epoch uint32
 }
@@ -139,8 +152,7 @@ func NewArena(o ArenaOptions) (*Arena, error) {
 	if o.ShardSize > 1<<30 {
 		return nil, fmt.Errorf("pool: arena ShardSize %d above the 1 GiB limit", o.ShardSize)
 	}
-	a := &Arena{shardSize: o.ShardSize, retries: o.Retries, held: new(atomic.Int64)}
-	a.heap = &shard{shardState: shardState{arena: a}}
+	a := &Arena{half: o.ShardSize / 2, shardSize: o.ShardSize, retries: o.Retries, held: new(atomic.Int64)}
 	a.locals.init()
 	return a, nil
 }
@@ -148,11 +160,11 @@ func NewArena(o ArenaOptions) (*Arena, error) {
 func (a *Arena) newShard() *shard {
 	// One allocation holds the bitmap words, the used list and the bytes.
 	nw := (a.shardSize + 32*granule - 1) / (32 * granule)
-	nl := (nw + 1) / 2 // 8-byte units of the used list
-	block := make([]atomic.Uint64, nw+nl+(a.shardSize+7)/8)
+	block := make([]atomic.Uint64, 2*nw+(a.shardSize+7)/8)
 	s := &shard{shardState: shardState{
-		mem:   unsafe.Slice((*byte)(unsafe.Pointer(&block[nw+nl])), a.shardSize),
-		used:  unsafe.Slice((*uint32)(unsafe.Pointer(&block[nw])), nw),
+		mem:   unsafe.Slice((*byte)(unsafe.Pointer(&block[2*nw])), a.shardSize),
+		used:  unsafe.Slice((*usedWord)(unsafe.Pointer(&block[nw])), nw),
+		last:  noWord,
 		arena: a,
 		words: block[:nw:nw],
 	}}
@@ -164,24 +176,32 @@ func (a *Arena) newShard() *shard {
 // fits reports whether an owned shard can serve sz bytes, recycling it
 // from the start when every allocation in it has been released.
 func (s *shard) fits(sz int) bool {
-	if s.off+sz <= len(s.mem) {
-		return true
-	}
-	// A buffer is live while its bit is set.
+	return s.off+sz <= len(s.mem) || s.recycle(sz)
+}
+
+// recycle starts a full shard over, in a new epoch, if every allocation
+// carved in this epoch has been released, and reports whether it then
+// serves sz bytes.
+func (s *shard) recycle(sz int) bool {
 	for ; s.live < s.nused; s.live++ {
-		if uint32(s.words[s.used[s.live]].Load()) != 0 {
+		if u := s.used[s.live]; uint32(s.words[u.word].Load()) != u.carved {
 			return false
 		}
 	}
+	if s.last != noWord && uint32(s.words[s.last].Load()) != s.lastCarved {
+		return false
+	}
 	// Nothing of this epoch is live: start over. Done calls for the old
-	// epoch now fail their CAS on the epoch half of the word. A shard whose
-	// epoch would wrap is not recycled (it ages out of the spare queue), so
-	// a handle from 2^32 reuses ago can never match again.
+	// epoch now fail their CAS on the epoch half of each word carved anew,
+	// and find their bit already set in the others. A shard whose epoch
+	// would wrap is not recycled (it ages out of the spare queue), so a
+	// handle from 2^32 reuses ago can never match again.
 	if s.epoch == math.MaxUint32 {
 		return false
 	}
 	s.epoch++
 	s.off = 0
+	s.last = noWord
 	s.nused = 0
 	s.live = 0
 	return sz <= len(s.mem)
@@ -189,35 +209,46 @@ func (s *shard) fits(sz int) bool {
 
 // carve allocates n bytes (sz after rounding) from an owned shard that fits.
 func (s *shard) carve(n, sz int) Buf {
+	off := s.bump(sz)
+	return Buf{B: s.mem[off : off+n : off+n], s: s, off: uint32(off), epoch: s.epoch}
+}
+
+// bump takes sz bytes from an owned shard that fits and returns their
+// offset.
+func (s *shard) bump(sz int) int {
 	off := s.off
-	s.off += sz
-	g := off / granule
-	if wi := uint32(g / 32); s.nused == 0 || s.used[s.nused-1] != wi {
-		s.used[s.nused] = wi
+	s.off = off + sz
+	g := uint32(off) / granule
+	if g/32 != s.last {
+		s.touch(g / 32)
+	}
+	s.lastCarved |= 1 << (g % 32)
+	return off
+}
+
+// touch moves carving to bitmap word w, the first allocation of this epoch
+// in it, and stamps w with the epoch and no release bit. Every allocation
+// carved in w in earlier epochs has its release bit set at this point, or
+// the shard would not have been recycled, so no Done can succeed on w
+// concurrently.
+func (s *shard) touch(w uint32) {
+	if s.last != noWord {
+		s.used[s.nused] = usedWord{word: s.last, carved: s.lastCarved}
 		s.nused++
 	}
-	w := &s.words[g/32]
-	bit := uint64(1) << (g % 32)
-	ep := uint64(s.epoch) << 32
-	for {
-		old := w.Load()
-		nw := old
-		if old&^(1<<32-1) != ep {
-			nw = ep // first allocation of this epoch in this word
-		}
-		if w.CompareAndSwap(old, nw|bit) {
-			break
-		}
-	}
-	return Buf{B: s.mem[off : off+n : off+n], s: s, off: uint32(off), epoch: s.epoch}
+	s.last, s.lastCarved = w, 0
+	s.words[w].Store(uint64(s.epoch) << 32)
 }
 
 // Make returns a buffer of length and capacity n. Requests for more than
 // half a shard, and for 0 bytes, are plain allocations. Make panics if n is
 // negative, as make does.
 func (a *Arena) Make(n int) Buf {
-	if n <= 0 || n > a.shardSize/2 {
-		return a.makeHeap(n)
+	if uint(n-1) >= uint(a.half) {
+		if n < 0 {
+			panic("pool: Arena.Make with negative size")
+		}
+		return Buf{B: make([]byte, n)}
 	}
 	sz := (n + granule - 1) &^ (granule - 1)
 	id := percpu.Pin()
@@ -225,11 +256,14 @@ func (a *Arena) Make(n int) Buf {
 		l := &a.locals.all[id]
 		percpu.Acquire(unsafe.Pointer(l))
 		if s := l.cur; s != nil && s.fits(sz) {
-			b := s.carve(n, sz)
+			// The handle is built after Unpin from scalars: s.mem never
+			// changes, and a Buf held across the call would be copied
+			// through the stack in pieces that stall store forwarding.
+			off, epoch := s.bump(sz), s.epoch
 			percpu.Inc(&l.hits)
 			percpu.Release(unsafe.Pointer(l))
 			percpu.Unpin()
-			return b
+			return Buf{B: s.mem[off : off+n : off+n], s: s, off: uint32(off), epoch: epoch}
 		}
 		old := l.cur
 		l.cur = nil
@@ -256,14 +290,6 @@ func (a *Arena) makeSpill(n, sz int) Buf {
 	l.cur = nil
 	a.locals.spillMu.Unlock()
 	return a.makeSlow(old, n, sz)
-}
-
-func (a *Arena) makeHeap(n int) Buf {
-	if n < 0 {
-		panic("pool: Arena.Make with negative size")
-	}
-	count(&a.locals, func(l *arenaLocal) *uint64 { return &l.misses })
-	return Buf{B: make([]byte, n), s: a.heap}
 }
 
 // makeSlow retires the full shard old and finds or makes another.
@@ -360,26 +386,29 @@ func (a *Arena) push(s *shard) {
 // its shard has been recycled. Calling Done again on the same handle is a
 // no-op.
 func (b *Buf) Done() error {
+	if b.s == nil {
+		b.B = nil
+		return nil
+	}
+	return b.release()
+}
+
+// release clears the handle and sets its allocation's release bit, if it
+// is of the word's epoch and not set yet.
+func (b *Buf) release() error {
 	s := b.s
-	if s == nil {
-		return nil
-	}
 	b.s, b.B = nil, nil
-	a := s.arena
-	if s == a.heap {
-		count(&a.locals, func(l *arenaLocal) *uint64 { percpu.Inc(&l.puts); return &l.dropped })
-		return nil
-	}
 	g := b.off / granule
 	w := &s.words[g/32]
 	bit := uint64(1) << (g % 32)
+	a := s.arena
 	for {
 		old := w.Load()
-		if uint32(old>>32) != b.epoch || old&bit == 0 {
+		if uint32(old>>32) != b.epoch || old&bit != 0 {
 			count(&a.locals, func(l *arenaLocal) *uint64 { return &l.rejected })
 			return ErrDoubleDone
 		}
-		if w.CompareAndSwap(old, old&^bit) {
+		if w.CompareAndSwap(old, old|bit) {
 			break
 		}
 	}
@@ -397,8 +426,10 @@ func (b *Buf) Done() error {
 	return nil
 }
 
-// Stats returns a snapshot of the arena's counters. Plain allocations for
-// large requests count as misses, and as dropped when released.
+// Stats returns a snapshot of the arena's counters. They cover the buffers
+// carved from shards: a buffer carved from a new shard is a miss, from one
+// the arena held a hit. Plain allocations (for 0 bytes and requests above
+// half a shard) are make behind a size check and are not counted.
 func (a *Arena) Stats() Stats {
 	var st Stats
 	a.locals.each(func(l *arenaLocal) { l.counts.addTo(&st) })

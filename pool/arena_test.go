@@ -4,7 +4,10 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
+
+	"github.com/zeroio/zeroio/internal/percpu"
 )
 
 func mustArena(t testing.TB, shard, retries int) *Arena {
@@ -141,10 +144,15 @@ func TestArenaMisuse(t *testing.T) {
 		if err := b.Done(); err != nil {
 			t.Fatal(err)
 		}
-		_ = c.Done() // nothing to corrupt: a plain allocation
+		if err := c.Done(); err != nil { // nothing to corrupt: a plain allocation
+			t.Fatalf("Done through a copy of a plain allocation: %v", err)
+		}
 		var zero Buf
 		if err := zero.Done(); err != nil {
 			t.Fatalf("zero Buf: %v", err)
+		}
+		if st := a.Stats(); st != (Stats{}) {
+			t.Fatalf("plain allocations counted: %+v", st)
 		}
 	})
 }
@@ -208,4 +216,52 @@ func TestArenaZeroAllocs(t *testing.T) {
 	}); n != 0 {
 		t.Fatalf("%v allocs per Make/Done, want 0", n)
 	}
+}
+
+var benchSink []byte
+
+// BenchmarkArena measures a Make/Done pair served from a shard
+// (case=reuse) and one served by a plain allocation (case=overhead, a
+// request above half a shard), with make beside each, and the two costs
+// below any per-P allocator that detects a double Done (case=floor): one
+// procPin/procUnpin pair and one compare-and-swap on each side.
+func BenchmarkArena(b *testing.B) {
+	const n = 64
+	b.Run("case=reuse/impl=make", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			benchSink = make([]byte, n)
+		}
+	})
+	b.Run("case=reuse/impl=arena", func(b *testing.B) {
+		a := mustArena(b, 2*n, 1)
+		b.ReportAllocs()
+		for range b.N {
+			x := a.Make(n)
+			_ = x.Done()
+		}
+	})
+	b.Run("case=overhead/impl=arena", func(b *testing.B) {
+		a := mustArena(b, n, 1)
+		b.ReportAllocs()
+		for range b.N {
+			x := a.Make(n)
+			_ = x.Done()
+		}
+	})
+	b.Run("case=floor/impl=pin", func(b *testing.B) {
+		for range b.N {
+			percpu.Pin()
+			percpu.Unpin()
+		}
+	})
+	b.Run("case=floor/impl=cas", func(b *testing.B) {
+		var w atomic.Uint64
+		for range b.N {
+			old := w.Load()
+			w.CompareAndSwap(old, old|1)
+			old = w.Load()
+			w.CompareAndSwap(old, old&^1)
+		}
+	})
 }

@@ -146,7 +146,7 @@ func FuzzArena(f *testing.F) {
 				released = append(released, c)
 			case op == 2 && len(released) > 0: // Done through a copy
 				c := released[k%len(released)]
-				fromHeap := c.s == a.heap
+				fromHeap := c.s == nil
 				if err := c.Done(); !fromHeap && !errors.Is(err, ErrDoubleDone) {
 					t.Fatalf("op %d: Done through a copy: %v", k, err)
 				}
