@@ -9,6 +9,7 @@ require (
 	github.com/quic-go/quic-go v0.65.0
 	github.com/valyala/bytebufferpool v1.0.0
 	github.com/zeroio/zeroio v0.0.0-00010101000000-000000000000
+	github.com/zeroio/zeroio/quicudp v0.0.0-00010101000000-000000000000
 	go.yaml.in/yaml/v3 v3.0.6
 	golang.org/x/net v0.62.0
 	golang.org/x/perf v0.0.0-20260908200009-22c9c6c9d4da

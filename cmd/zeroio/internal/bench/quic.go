@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/quic-go/quic-go"
-	"github.com/zeroio/zeroio/cmd/zeroio/internal/quicudp"
+	"github.com/zeroio/zeroio/quicudp"
 	"github.com/zeroio/zeroio/udp"
 )
 

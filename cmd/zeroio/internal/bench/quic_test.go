@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zeroio/zeroio/cmd/zeroio/internal/quicudp"
+	"github.com/zeroio/zeroio/quicudp"
 	"github.com/zeroio/zeroio/udp"
 )
 

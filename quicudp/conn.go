@@ -1,19 +1,3 @@
-// Package quicudp hands a [udp.Conn] to quic-go so that quic-go reads
-// through zeroio's batch reader, with GRO, instead of reading the socket
-// itself.
-//
-// quic-go reads a *net.UDPConn, or anything with its methods, through
-// x/net's ipv4.PacketConn.ReadBatch on the raw socket; a *udp.Conn handed
-// over as it is works that way too (handing out the socket turns GRO off,
-// see package udp). quic-go first asks the connection whether it has a
-// ReadBatch of x/net's shape; [Conn] has one, which calls
-// [udp.Conn.ReadBatch], so the kernel may coalesce quic-go's datagrams
-// (GRO) and zeroio splits them. Its SyscallConn gives quic-go what it
-// needs the descriptor for, socket options, without handing the socket
-// out:
-//
-//	c, _ := udp.Listen("udp", ":4433", nil)
-//	tr := &quic.Transport{Conn: quicudp.New(c)}
 package quicudp
 
 import (
