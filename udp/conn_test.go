@@ -85,6 +85,17 @@ func makeMsgs(n, size int) []Message {
 	return msgs
 }
 
+// carveMsgs is makeMsgs with the Bufs cut back to back from one array, as
+// a sender filling one large buffer has them.
+func carveMsgs(n, size int) []Message {
+	msgs := make([]Message, n)
+	arr := make([]byte, n*size)
+	for i := range msgs {
+		msgs[i].Buf = arr[i*size : (i+1)*size : (i+1)*size]
+	}
+	return msgs
+}
+
 // readN reads exactly n datagrams into msgs (len(msgs) >= n), batch at a
 // time, and fails on a timeout.
 func readN(t testing.TB, c *Conn, msgs []Message, n, batch int) {
@@ -331,40 +342,52 @@ func TestConcurrentReadersAndWriters(t *testing.T) {
 
 func TestAllocsPerRun(t *testing.T) {
 	skipAllocCheck(t)
+	type layout struct {
+		name string
+		make func(n, size int) []Message
+	}
 	for _, off := range offloads[:2] {
-		for _, n := range []int{1, 8, 64, 512} {
-			t.Run(fmt.Sprintf("%s/n=%d", off.name, n), func(t *testing.T) {
-				opts := off.opts
-				opts.PacketInfo, opts.ECN = true, true
-				a, b := pair(t, "udp6", "::1", &opts)
-				out := makeMsgs(n, 64)
-				for i := range out {
-					out[i].Addr = addrOf(b)
-					out[i].Local = netip.MustParseAddr("::1")
-					out[i].TOS = 2
-				}
-				in := makeMsgs(n, 64)
-				run := func() {
-					if k, err := a.WriteAll(out); err != nil || k != n {
-						t.Fatal(k, err)
-					}
-					for got := 0; got < n; {
-						k, err := b.ReadBatch(in[got:])
-						if err != nil {
-							t.Fatal(err)
-						}
-						got += k
-					}
-				}
-				run()
-				if allocs := testing.AllocsPerRun(50, run); allocs != 0 {
-					t.Fatalf("%v allocations per WriteAll+ReadBatch of %d", allocs, n)
-				}
-				if in[0].Addr != addrOf(a) || in[0].Local != netip.MustParseAddr("::1") || in[0].TOS&3 != 2 {
-					t.Fatalf("metadata: %+v", in[0])
-				}
-			})
+		for _, lay := range []layout{{"apart", makeMsgs}, {"carved", carveMsgs}} {
+			for _, n := range []int{1, 8, 64, 512} {
+				t.Run(fmt.Sprintf("%s/bufs=%s/n=%d", off.name, lay.name, n), func(t *testing.T) {
+					allocsPerWriteRead(t, off.opts, lay.make(n, 64))
+				})
+			}
 		}
+	}
+}
+
+// allocsPerWriteRead fails if a WriteAll of out, with packet info and
+// TOS, and the ReadBatch calls that read it back allocate.
+func allocsPerWriteRead(t *testing.T, opts Options, out []Message) {
+	t.Helper()
+	n := len(out)
+	opts.PacketInfo, opts.ECN = true, true
+	a, b := pair(t, "udp6", "::1", &opts)
+	for i := range out {
+		out[i].Addr = addrOf(b)
+		out[i].Local = netip.MustParseAddr("::1")
+		out[i].TOS = 2
+	}
+	in := makeMsgs(n, 64)
+	run := func() {
+		if k, err := a.WriteAll(out); err != nil || k != n {
+			t.Fatal(k, err)
+		}
+		for got := 0; got < n; {
+			k, err := b.ReadBatch(in[got:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += k
+		}
+	}
+	run()
+	if allocs := testing.AllocsPerRun(50, run); allocs != 0 {
+		t.Fatalf("%v allocations per WriteAll+ReadBatch of %d", allocs, n)
+	}
+	if in[0].Addr != addrOf(a) || in[0].Local != netip.MustParseAddr("::1") || in[0].TOS&3 != 2 {
+		t.Fatalf("metadata: %+v", in[0])
 	}
 }
 

@@ -28,8 +28,10 @@
 //
 // GSO: WriteBatch coalesces runs of messages to one destination whose sizes
 // are equal (the last may be shorter) into one UDP_SEGMENT send of at most
-// 64 datagrams and 65,507 bytes, pointing one iovec at each payload, never
-// copying it. If the kernel answers a GSO send with EIO, GSO is switched off
+// 64 datagrams and 65,507 bytes, pointing one iovec at each payload, or a
+// single one at the whole run when its payloads are sub-slices of one
+// array, back to back (which the kernel copies fastest), never copying
+// them. If the kernel answers a GSO send with EIO, GSO is switched off
 // for the Conn and the datagrams are resent without it. GSO is a per-send
 // control message, never a socket option: Write, WriteTo and WriteMsgUDP
 // send exactly what they are given, a caller's own UDP_SEGMENT message

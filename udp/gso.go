@@ -4,6 +4,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"syscall"
+	"unsafe"
 )
 
 // Kernel limits on one UDP_SEGMENT (GSO) send.
@@ -62,6 +63,26 @@ func planGroups(dst []group, msgs []Message, gso bool) []group {
 		i = g.end
 	}
 	return dst
+}
+
+// adjacent reports whether the Bufs of msgs lie back to back in memory,
+// each starting where the one before ends (sub-slices of one array, in
+// order), so that one iovec from msgs[0].Buf's first byte covers them
+// all. Empty Bufs never count as adjacent. Addresses are compared as
+// integers: no pointer is made past the end of a Buf.
+func adjacent(msgs []Message) bool {
+	if len(msgs) == 0 || len(msgs[0].Buf) == 0 {
+		return false
+	}
+	next := uintptr(unsafe.Pointer(unsafe.SliceData(msgs[0].Buf))) + uintptr(len(msgs[0].Buf))
+	for i := 1; i < len(msgs); i++ {
+		b := msgs[i].Buf
+		if len(b) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b))) != next {
+			return false
+		}
+		next += uintptr(len(b))
+	}
+	return true
 }
 
 // sendFunc is the kernel hook under writeGroups: it sends groups of msgs

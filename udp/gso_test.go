@@ -69,6 +69,41 @@ func checkPlan(t *testing.T, msgs []Message, gs []group, gso bool) {
 	}
 }
 
+func TestAdjacent(t *testing.T) {
+	arr := make([]byte, 64)
+	other := make([]byte, 64)
+	bufs := func(bs ...[]byte) []Message {
+		msgs := make([]Message, len(bs))
+		for i, b := range bs {
+			msgs[i].Buf = b
+		}
+		return msgs
+	}
+	for _, tc := range []struct {
+		name string
+		msgs []Message
+		want bool
+	}{
+		{"no messages", nil, false},
+		{"one buffer", bufs(arr[:10]), true},
+		{"back to back in order", bufs(arr[0:10], arr[10:20], arr[20:25]), true},
+		{"capacity past the length does not matter", bufs(arr[0:10:30], arr[10:20:20]), true},
+		{"out of order", bufs(arr[10:20], arr[0:10]), false},
+		{"a gap", bufs(arr[0:10], arr[11:21]), false},
+		{"overlapping", bufs(arr[0:10], arr[5:15]), false},
+		{"another array", bufs(arr[0:10], other[0:10]), false},
+		{"an empty buffer first", bufs(arr[0:0], arr[0:10]), false},
+		{"an empty buffer inside", bufs(arr[0:10], arr[10:10], arr[10:20]), false},
+		{"the same buffer twice", bufs(arr[0:10], arr[0:10]), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := adjacent(tc.msgs); got != tc.want {
+				t.Fatalf("adjacent = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestPlanGroups(t *testing.T) {
 	for _, tc := range []struct {
 		name  string

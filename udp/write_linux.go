@@ -1,6 +1,6 @@
 package udp
 
-// Batch writes: sendmmsg(2) with GSO, one iovec per datagram.
+// Batch writes: sendmmsg(2) with GSO, one iovec per datagram or per run.
 
 import (
 	"sync"
@@ -52,15 +52,13 @@ func (s *writeScratch) send(msgs []Message, groups []group) (int, error) {
 				break
 			}
 		}
-		for j := g.start; j < g.end; j++ {
-			setIov(&s.iovs[j], msgs[j].Buf)
-		}
+		iovs := s.setIovs(msgs, g)
 		s.ctlOff[gi] = len(s.ctl)
 		s.ctl = appendControl(s.ctl, c.sys.family, m, g.seg)
 		h := &s.hs[gi]
 		h.Len = 0
 		h.Hdr = unix.Msghdr{Iov: &s.iovs[g.start], Namelen: namelen}
-		h.Hdr.SetIovlen(g.end - g.start)
+		h.Hdr.SetIovlen(iovs)
 		if namelen > 0 {
 			h.Hdr.Name = (*byte)(unsafe.Pointer(&s.names[gi]))
 		}
@@ -97,6 +95,23 @@ func (s *writeScratch) send(msgs []Message, groups []group) (int, error) {
 	return n, nil
 }
 
+// setIovs points the iovecs of group g at its payloads and returns how
+// many it used, from s.iovs[g.start]: one per datagram, or one for the
+// whole group when it is a GSO run whose Bufs lie back to back in memory
+// (sub-slices of one array), which the kernel copies in one stretch.
+func (s *writeScratch) setIovs(msgs []Message, g group) int {
+	if g.seg > 0 && adjacent(msgs[g.start:g.end]) {
+		v := &s.iovs[g.start]
+		v.Base = &msgs[g.start].Buf[0]
+		v.SetLen((g.end-g.start-1)*g.seg + len(msgs[g.end-1].Buf))
+		return 1
+	}
+	for j := g.start; j < g.end; j++ {
+		setIov(&s.iovs[j], msgs[j].Buf)
+	}
+	return g.end - g.start
+}
+
 // WriteBatch writes the datagrams in msgs and returns how many went out,
 // msgs[:n], each whole; msgs[i].N is set for those. On Linux it is one
 // sendmmsg(2), which may send fewer than len(msgs) without an error: call
@@ -104,8 +119,10 @@ func (s *writeScratch) send(msgs []Message, groups []group) (int, error) {
 //
 // With GSO on, consecutive messages to the same Addr (with the same Local
 // and TOS and no OOB) whose sizes are equal, the last possibly shorter,
-// go out as one UDP_SEGMENT send of at most 64 datagrams and 65,507 bytes,
-// one iovec per datagram: payloads are not copied. If the kernel refuses a
+// go out as one UDP_SEGMENT send of at most 64 datagrams and 65,507 bytes.
+// Payloads are not copied: the send points one iovec at each, or a single
+// one at the whole run when its Bufs are sub-slices of one array, back to
+// back in order, which the kernel copies fastest. If the kernel refuses a
 // GSO send with EIO, GSO is switched off for this Conn and the datagrams
 // are resent without it; with EINVAL or EMSGSIZE (datagrams larger than
 // the path MTU, which only unsegmented sends may fragment), this call
