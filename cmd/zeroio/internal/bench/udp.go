@@ -41,10 +41,16 @@ var udpImpls = []udpImpl{
 	{"xnet", openXNet},
 	{"wggo", openWGGo},
 	{"zeroio", func(tb testing.TB, size, batch int) udpPair {
-		return openZeroio(tb, size, batch, &udp.Options{DisableGSO: true, DisableGRO: true})
+		return openZeroio(tb, size, batch, &udp.Options{DisableGSO: true, DisableGRO: true}, false)
 	}},
 	{"zeroio-gso", func(tb testing.TB, size, batch int) udpPair {
-		return openZeroio(tb, size, batch, &udp.Options{})
+		return openZeroio(tb, size, batch, &udp.Options{}, false)
+	}},
+	// zeroio-gso-carved sends from Bufs cut back to back from one array,
+	// as a sender that fills one large buffer has them: each GSO run goes
+	// out as one iovec.
+	{"zeroio-gso-carved", func(tb testing.TB, size, batch int) udpPair {
+		return openZeroio(tb, size, batch, &udp.Options{}, true)
 	}},
 }
 
@@ -222,7 +228,9 @@ func openWGGo(tb testing.TB, size, batch int) udpPair {
 	}
 }
 
-func openZeroio(tb testing.TB, size, batch int, opts *udp.Options) udpPair {
+// openZeroio opens a pair of Conns with opts; carve cuts the send buffers
+// from one array, back to back.
+func openZeroio(tb testing.TB, size, batch int, opts *udp.Options, carve bool) udpPair {
 	o := *opts
 	o.ReadBuffer, o.WriteBuffer = udpSockBuf, udpSockBuf
 	tx, err := udp.Listen("udp4", "127.0.0.1:0", &o)
@@ -235,8 +243,12 @@ func openZeroio(tb testing.TB, size, batch int, opts *udp.Options) udpPair {
 	}
 	dst := rx.AddrPort()
 	out := make([]udp.Message, batch)
+	arr := make([]byte, batch*size)
 	for i := range out {
 		out[i] = udp.Message{Buf: make([]byte, size), Addr: dst}
+		if carve {
+			out[i].Buf = arr[i*size : (i+1)*size : (i+1)*size]
+		}
 	}
 	in := make([]udp.Message, batch)
 	for i := range in {
@@ -385,31 +397,7 @@ func runUDPThroughput(b *testing.B, impl udpImpl) {
 		recvDone <- nil
 	}()
 	sendErr := make(chan error, 1)
-	go func() {
-		stall := time.NewTimer(time.Hour)
-		defer stall.Stop()
-		for sent := 0; sent < total; {
-			// Flow control: stay at most udpWindow datagrams ahead
-			// of the receiver; after 50 ms without progress, count
-			// the rest as lost and go on.
-		wait:
-			for int64(sent)-got.Load() > udpWindow {
-				stall.Reset(50 * time.Millisecond) // Go 1.23 timers: no stale tick
-				select {
-				case <-credit:
-				case <-stall.C:
-					break wait
-				}
-			}
-			k := min(batch, total-sent)
-			if err := p.send(k); err != nil {
-				sendErr <- err
-				return
-			}
-			sent += k
-		}
-		sendErr <- nil
-	}()
+	go func() { sendErr <- sendWindowed(p, total, batch, &got, credit) }()
 	if err := <-sendErr; err != nil {
 		p.unblock()
 		<-recvDone
@@ -437,6 +425,33 @@ wait:
 		fatal(b, rerr)
 	}
 	reportThroughput(b, got.Load(), time.Duration(last.Load()-start.UnixNano()), cpu)
+}
+
+// sendWindowed sends total datagrams through p, batch at a time, at most
+// udpWindow ahead of got, the count received, woken by credit.
+func sendWindowed(p udpPair, total, batch int, got *atomic.Int64, credit <-chan struct{}) error {
+	stall := time.NewTimer(time.Hour)
+	defer stall.Stop()
+	for sent := 0; sent < total; {
+		// Flow control: stay at most udpWindow datagrams ahead of the
+		// receiver; after 50 ms without progress, count the rest as lost
+		// and go on.
+	wait:
+		for int64(sent)-got.Load() > udpWindow {
+			stall.Reset(50 * time.Millisecond) // Go 1.23 timers: no stale tick
+			select {
+			case <-credit:
+			case <-stall.C:
+				break wait
+			}
+		}
+		k := min(batch, total-sent)
+		if err := p.send(k); err != nil {
+			return err
+		}
+		sent += k
+	}
+	return nil
 }
 
 // reportThroughput reports what a BenchmarkUDPThroughput run of b.N
