@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zeroio/zeroio/internal/nbsys"
 	"golang.org/x/sys/unix"
 )
 
@@ -158,7 +159,7 @@ func (e *eventEngine) hand(f *front, c net.Conn, wait bool) {
 	c.Close()
 	if fd < 0 || len(loops) == 0 {
 		if fd >= 0 {
-			closeFD(fd)
+			nbsys.Close(fd)
 		}
 		f.acceptFailed()
 		return
@@ -167,11 +168,11 @@ func (e *eventEngine) hand(f *front, c net.Conn, wait bool) {
 	closed := e.s.closed
 	e.s.mu.Unlock()
 	if closed {
-		closeFD(fd)
+		nbsys.Close(fd)
 		return
 	}
 	lp := leastLoaded(loops)
-	peer := sockname(fd, true)
+	peer := nbsys.PeerAddr(fd)
 	f.srv.connWG.Add(1) // before Update's serveWG.Done: Shutdown waits for it
 	lp.handOver(f, fd, peer, wait)
 }
@@ -301,7 +302,7 @@ func adoptListener(e *eventEngine, ln net.Listener) (*evListener, error) {
 		// Accepted sockets inherit TCP_NODELAY from the listener
 		// (inet_csk_clone_lock copies the socket), which saves a
 		// setsockopt per connection; routes with Nagle clear it.
-		setInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+		nbsys.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 	}
 	ln.Close()
 	return l, nil
@@ -330,7 +331,7 @@ func (l *evListener) Close() error {
 	l.once.Do(func() {
 		l.unwatch()
 		l.mu.Lock()
-		closeFD(l.fd)
+		nbsys.Close(l.fd)
 		l.fd = -1
 		l.mu.Unlock()
 		if l.unlink != "" {

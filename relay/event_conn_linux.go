@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/zeroio/zeroio/internal/nbsys"
+	"github.com/zeroio/zeroio/internal/sockaddr"
 	"github.com/zeroio/zeroio/internal/tlshello"
 	"golang.org/x/sys/unix"
 )
@@ -67,12 +69,12 @@ type evConn struct {
 	tried      triedSet
 	left       int
 	deadline   int64
-	sa         *sockaddr // the address dialled
-	ai         uint8     // the next of the target name's other addresses to try
-	fdWait     int64     // waitFD's last wait
-	upN, downN uint64    // bytes each way, for the target's counters and the log
-	endFirst   endReason // which side's EOF came first
-	endWhy     endReason // set when the end is known before the relay: no target, a reset
+	sa         *sockaddr.Addr // the address dialled
+	ai         uint8          // the next of the target name's other addresses to try
+	fdWait     int64          // waitFD's last wait
+	upN, downN uint64         // bytes each way, for the target's counters and the log
+	endFirst   endReason      // which side's EOF came first
+	endWhy     endReason      // set when the end is known before the relay: no target, a reset
 
 	hdr [108]byte // room for an outgoing PROXY header (v1's longest)
 }
@@ -155,7 +157,7 @@ func (c *evConn) readHello() {
 			c.chose(tlshello.ErrTooLarge)
 			return
 		}
-		n, e := read(c.cfd, space)
+		n, e := nbsys.Read(c.cfd, space)
 		switch {
 		case e == unix.EAGAIN:
 			c.cR = false
@@ -352,7 +354,7 @@ func (c *evConn) event(target bool, ev uint32) {
 		c.tR, c.tW, c.tHup = c.tR || in, c.tW || out, c.tHup || hup
 		if c.state == stDialing {
 			if ev&(unix.EPOLLERR|unix.EPOLLHUP) != 0 {
-				e := soError(c.tfd)
+				e := nbsys.SoError(c.tfd)
 				if e == 0 {
 					e = unix.ECONNREFUSED
 				}
@@ -371,7 +373,7 @@ func (c *evConn) event(target bool, ev uint32) {
 			// nothing can reach it any more. The dial stops now, not
 			// at its timeout, giving back the client's slots; the
 			// target, not at fault, is not marked down.
-			if e := soError(c.cfd); e != 0 {
+			if e := nbsys.SoError(c.cfd); e != 0 {
 				c.endWhy = endReset
 				c.finish(e)
 			}
@@ -404,7 +406,7 @@ func (c *evConn) failed(target bool) {
 	if target {
 		fd = c.tfd
 	}
-	if e := soError(fd); e != 0 {
+	if e := nbsys.SoError(fd); e != 0 {
 		c.finish(e)
 	}
 }
@@ -445,10 +447,10 @@ func (c *evConn) finish(why error) {
 	l.wheel.disarm(c)
 	c.unpark()
 	if c.cfd >= 0 {
-		closeFD(c.cfd)
+		nbsys.Close(c.cfd)
 	}
 	if c.tfd >= 0 {
-		closeFD(c.tfd)
+		nbsys.Close(c.tfd)
 	}
 	c.up.release(l)
 	c.down.release(l)

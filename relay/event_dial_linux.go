@@ -3,6 +3,8 @@ package relay
 import (
 	"time"
 
+	"github.com/zeroio/zeroio/internal/nbsys"
+	"github.com/zeroio/zeroio/internal/sockaddr"
 	"golang.org/x/sys/unix"
 )
 
@@ -46,7 +48,7 @@ func (c *evConn) dialNext(lastErr error) {
 
 // connectTo starts a non-blocking connect to sa, the address of c.b.
 // The attempt's timer runs.
-func (c *evConn) connectTo(sa *sockaddr) {
+func (c *evConn) connectTo(sa *sockaddr.Addr) {
 	if r := c.lp.targets[c.b.addr]; c.tm.at != 0 && r != nil {
 		// The attempt's time is shared with the name's addresses left,
 		// as package net's dialer shares it (partialDeadline), so that
@@ -56,7 +58,7 @@ func (c *evConn) connectTo(sa *sockaddr) {
 			c.lp.wheel.arm(c, now+(c.tm.at-now)/int64(n+1), now)
 		}
 	}
-	fd, e := socketFor(sa)
+	fd, e := nbsys.StreamSocket(sa.Family)
 	if e != 0 {
 		if exhausted(e) {
 			c.waitFD(sa, e)
@@ -66,7 +68,7 @@ func (c *evConn) connectTo(sa *sockaddr) {
 		return
 	}
 	c.tfd = fd
-	if sa.family != unix.AF_UNIX {
+	if sa.Family != unix.AF_UNIX {
 		setSocketOptions(fd, c.cfg, true)
 		if c.up.end > c.up.off || c.cfg.SendProxy != 0 {
 			// Bytes wait for the target (the client's, or the PROXY
@@ -75,10 +77,10 @@ func (c *evConn) connectTo(sa *sockaddr) {
 			// written as soon as the connect completes, instead of in
 			// a segment of its own (tcp_rcv_synsent_state_process in
 			// net/ipv4/tcp_input.c; HAProxy's tcp-smart-connect).
-			setInt(fd, unix.IPPROTO_TCP, unix.TCP_QUICKACK, 0)
+			nbsys.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUICKACK, 0)
 		}
 	}
-	switch e = connect(fd, sa); e {
+	switch e = nbsys.Connect(fd, sa); e {
 	case 0, unix.EINPROGRESS:
 	default:
 		c.attemptFailed(e)
@@ -108,7 +110,7 @@ func (c *evConn) connectTo(sa *sockaddr) {
 // target, which is not marked down. It tries again after 5 ms, doubling
 // to 100 ms, as long as the dial's deadline allows, and then ends the
 // client.
-func (c *evConn) waitFD(sa *sockaddr, e unix.Errno) {
+func (c *evConn) waitFD(sa *sockaddr.Addr, e unix.Errno) {
 	l := c.lp
 	c.fdWait = min(max(2*c.fdWait, int64(5*time.Millisecond)), int64(100*time.Millisecond))
 	if c.deadline != 0 && l.now+c.fdWait > c.deadline {
@@ -124,7 +126,7 @@ func (c *evConn) waitFD(sa *sockaddr, e unix.Errno) {
 // its target down, and tries the next.
 func (c *evConn) attemptFailed(err error) {
 	if c.tfd >= 0 {
-		closeFD(c.tfd)
+		nbsys.Close(c.tfd)
 		c.tfd, c.tseq = -1, 0
 	}
 	c.tR, c.tW, c.tHup = false, false, false
@@ -142,7 +144,7 @@ func (c *evConn) attemptFailed(err error) {
 // nextAddr returns the next address of the target's name to connect to
 // after a connect to one failed, re-arming the attempt's timer; nil when
 // the name has no other address left, or the dial no time.
-func (c *evConn) nextAddr(err error) *sockaddr {
+func (c *evConn) nextAddr(err error) *sockaddr.Addr {
 	l := c.lp
 	r := l.targets[c.b.addr]
 	if err == errLoop || r == nil || r.pending || int(c.ai) >= len(r.more) {
@@ -171,7 +173,7 @@ func (c *evConn) noTarget(err error) {
 // own listeners (Server.dialsSelf): the common case, a port no listener
 // has, needs no system call.
 func (c *evConn) selfDial() bool {
-	remote := addrPortOf(&c.sa.raw)
+	remote := c.sa.AddrPort()
 	if !remote.IsValid() {
 		return false
 	}
@@ -188,7 +190,7 @@ func (c *evConn) selfDial() bool {
 	if !hit {
 		return false
 	}
-	local := sockname(c.tfd, false)
+	local := nbsys.LocalAddr(c.tfd)
 	if local.Addr() != remote.Addr() {
 		return false
 	}

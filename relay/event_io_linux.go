@@ -3,6 +3,7 @@ package relay
 import (
 	"sync/atomic"
 
+	"github.com/zeroio/zeroio/internal/nbsys"
 	"github.com/zeroio/zeroio/pool"
 	"golang.org/x/sys/unix"
 )
@@ -32,6 +33,9 @@ const (
 	bulkReads    = 4
 	pipeSize     = 1 << 20 // as package splice's pipes; the kernel caps it at pipe-max-size
 	maxIdlePipes = 16      // per loop
+	// spliceFlags: neither side blocks, and pages move rather than
+	// copy where the kernel can.
+	spliceFlags = unix.SPLICE_F_NONBLOCK | unix.SPLICE_F_MOVE
 )
 
 func (l *loop) getBuf() []byte {
@@ -108,7 +112,7 @@ func (c *evConn) pump(d, other *dir, src, dst int, srcR, dstW *bool, srcHup bool
 			if !*dstW {
 				return 0
 			}
-			n, e := spliceFD(d.pipe.r, dst, d.inPipe)
+			n, e := nbsys.Splice(d.pipe.r, dst, d.inPipe, spliceFlags)
 			if e != 0 {
 				if e == unix.EAGAIN {
 					*dstW = false
@@ -137,9 +141,9 @@ func (c *evConn) pump(d, other *dir, src, dst int, srcR, dstW *bool, srcHup bool
 				// The source's end is known: hold these bytes for the
 				// FIN that shutdown or close sends next, so that both
 				// leave in one segment.
-				n, e = sendMore(dst, d.buf[d.off:d.end])
+				n, e = nbsys.SendMore(dst, d.buf[d.off:d.end])
 			} else {
-				n, e = write(dst, d.buf[d.off:d.end])
+				n, e = nbsys.Write(dst, d.buf[d.off:d.end])
 			}
 			if e != 0 {
 				if e == unix.EAGAIN {
@@ -176,7 +180,7 @@ func (c *evConn) pump(d, other *dir, src, dst int, srcR, dstW *bool, srcHup bool
 				if !other.finished() {
 					// ENOTCONN: the peer reset already; its own
 					// direction reports it.
-					if e := shutdownWrite(dst); e != 0 && e != unix.ENOTCONN {
+					if e := nbsys.ShutdownWrite(dst); e != 0 && e != unix.ENOTCONN {
 						return e
 					}
 				}
@@ -193,7 +197,7 @@ func (c *evConn) pump(d, other *dir, src, dst int, srcR, dstW *bool, srcHup bool
 				}
 				d.pipe, d.hasPipe = p, true
 			}
-			n, e := spliceFD(src, d.pipe.w, pipeSize)
+			n, e := nbsys.Splice(src, d.pipe.w, pipeSize, spliceFlags)
 			if e != 0 {
 				if e == unix.EAGAIN {
 					*srcR = false
@@ -217,7 +221,7 @@ func (c *evConn) pump(d, other *dir, src, dst int, srcR, dstW *bool, srcHup bool
 			if d.buf == nil {
 				d.buf = l.getBuf()
 			}
-			n, e := read(src, d.buf)
+			n, e := nbsys.Read(src, d.buf)
 			if e != 0 {
 				if e == unix.EAGAIN {
 					*srcR = false
@@ -266,7 +270,7 @@ func (c *evConn) pump(d, other *dir, src, dst int, srcR, dstW *bool, srcHup bool
 // d.buf[:lim].
 func (d *dir) readToEnd(src, lim int) {
 	for d.end < lim {
-		n, e := read(src, d.buf[d.end:lim])
+		n, e := nbsys.Read(src, d.buf[d.end:lim])
 		switch {
 		case e == unix.EINTR:
 			continue
@@ -298,7 +302,7 @@ func (d *dir) readAhead(l *loop, src int, srcR *bool, srcHup bool) unix.Errno {
 		d.buf = l.getBuf()
 	}
 	lim := len(d.buf) - proxyReserve
-	n, e := read(src, d.buf[:lim])
+	n, e := nbsys.Read(src, d.buf[:lim])
 	if e == 0 && n > 0 {
 		d.off, d.end = 0, n
 		if n < lim {
@@ -330,8 +334,8 @@ func (d *dir) readAhead(l *loop, src int, srcR *bool, srcHup bool) unix.Errno {
 type pipe struct{ r, w int }
 
 func (p pipe) close() {
-	closeFD(p.r)
-	closeFD(p.w)
+	nbsys.Close(p.r)
+	nbsys.Close(p.w)
 }
 
 // getPipe returns an idle pipe of the loop's, or a new one if the

@@ -9,6 +9,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/zeroio/zeroio/internal/nbsys"
+	"github.com/zeroio/zeroio/internal/sockaddr"
 	"github.com/zeroio/zeroio/internal/tlshello"
 	"golang.org/x/sys/unix"
 )
@@ -254,7 +256,7 @@ func (l *loop) exit() {
 
 // dropHanded closes a client handed to l that l will not serve.
 func (l *loop) dropHanded(h handedConn) {
-	closeFD(h.fd)
+	nbsys.Close(h.fd)
 	l.queued.Add(-1)
 	h.f.srv.connWG.Done()
 }
@@ -429,7 +431,7 @@ func (l *loop) acceptAll(ll *loopListener) {
 			return
 		}
 		l.resume(ll)
-		fd, e := accept4(ll.fd, &raw)
+		fd, e := nbsys.Accept4(ll.fd, &raw)
 		switch e {
 		case 0:
 		case unix.EAGAIN:
@@ -447,9 +449,9 @@ func (l *loop) acceptAll(ll *loopListener) {
 		ll.bo.ok(s.log)
 		s.connWG.Add(1)
 		if to := l.pick(); to != l {
-			to.handOver(ll.f, fd, addrPortOf(&raw), true)
+			to.handOver(ll.f, fd, sockaddr.Parse(&raw), true)
 		} else {
-			l.accepted(ll.f, fd, addrPortOf(&raw), true)
+			l.accepted(ll.f, fd, sockaddr.Parse(&raw), true)
 		}
 	}
 	ll.more = true

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 
+	"github.com/zeroio/zeroio/internal/nbsys"
 	"github.com/zeroio/zeroio/internal/proxyproto"
 	"golang.org/x/sys/unix"
 )
@@ -32,7 +33,7 @@ func (c *evConn) readProxy() {
 			c.proxyFailed(errHeaderTooLong)
 			return
 		}
-		n, e := read(c.cfd, space)
+		n, e := nbsys.Read(c.cfd, space)
 		switch {
 		case e == unix.EAGAIN:
 			c.cR = false
@@ -89,7 +90,7 @@ func (c *evConn) proxyFailed(err error) {
 // up direction holds.
 func (c *evConn) queueProxyHeader() {
 	if !c.dstKnown {
-		c.dst = sockname(c.cfd, false)
+		c.dst = nbsys.LocalAddr(c.cfd)
 	}
 	var h []byte
 	if c.cfg.SendProxy == 1 {

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"strconv"
 	"time"
+
+	"github.com/zeroio/zeroio/internal/sockaddr"
 )
 
 // A loop resolves targets once and keeps the sockaddr: IP literals and
@@ -24,8 +26,8 @@ const resolvedTTL = 5 * time.Second
 const maxTargetAddrs = 1024
 
 type targetAddr struct {
-	sa      sockaddr
-	more    []sockaddr // a name's other addresses, tried in turn when a connect fails
+	sa      sockaddr.Addr
+	more    []sockaddr.Addr // a name's other addresses, tried in turn when a connect fails
 	err     error
 	expires int64 // 0: never
 	pending bool
@@ -40,7 +42,7 @@ type connRef struct {
 
 // resolve returns the sockaddr of a, or reports that a lookup is under
 // way, after which c is resumed (connectTo or dialFailed).
-func (l *loop) resolve(a Addr, c *evConn) (sa *sockaddr, err error, pending bool) {
+func (l *loop) resolve(a Addr, c *evConn) (sa *sockaddr.Addr, err error, pending bool) {
 	if l.targets == nil {
 		l.targets = map[Addr]*targetAddr{}
 	}
@@ -79,7 +81,7 @@ func (l *loop) resolve(a Addr, c *evConn) (sa *sockaddr, err error, pending bool
 
 // resolved stores a lookup's answer and resumes the connections that
 // waited for it.
-func (l *loop) resolved(a Addr, sa sockaddr, more []sockaddr, err error) {
+func (l *loop) resolved(a Addr, sa sockaddr.Addr, more []sockaddr.Addr, err error) {
 	r := l.targets[a]
 	if r == nil {
 		return
@@ -107,15 +109,15 @@ func (l *loop) resolved(a Addr, sa sockaddr, more []sockaddr, err error) {
 }
 
 // literalSockaddr builds the sockaddr of a Unix path or an IP literal.
-func literalSockaddr(a Addr) (sockaddr, bool) {
+func literalSockaddr(a Addr) (sockaddr.Addr, bool) {
 	if a.Network == "unix" {
-		return sockaddrUnix(a.Address)
+		return sockaddr.FromUnix(a.Address)
 	}
 	ap, err := netip.ParseAddrPort(a.Address)
 	if err != nil || ap.Addr().Zone() != "" {
-		return sockaddr{}, false
+		return sockaddr.Addr{}, false
 	}
-	return sockaddrOf(ap), true
+	return sockaddr.FromAddrPort(ap), true
 }
 
 // maxAddrs bounds the addresses of one name a connection tries.
@@ -126,19 +128,19 @@ const maxAddrs = 8
 // the usual systems): the first, and the others in the resolver's order,
 // which a connection tries in turn when a connect fails, as package net's
 // dialer does.
-func lookup(a Addr, timeout time.Duration) (sockaddr, []sockaddr, error) {
+func lookup(a Addr, timeout time.Duration) (sockaddr.Addr, []sockaddr.Addr, error) {
 	if a.Network == "unix" {
-		return sockaddr{}, nil, fmt.Errorf("unix socket path %q too long", a.Address)
+		return sockaddr.Addr{}, nil, fmt.Errorf("unix socket path %q too long", a.Address)
 	}
 	host, ps, err := net.SplitHostPort(a.Address)
 	if err != nil {
-		return sockaddr{}, nil, err
+		return sockaddr.Addr{}, nil, err
 	}
 	port, err := strconv.ParseUint(ps, 10, 16)
 	if err != nil {
 		p, perr := net.LookupPort("tcp", ps)
 		if perr != nil {
-			return sockaddr{}, nil, perr
+			return sockaddr.Addr{}, nil, perr
 		}
 		port = uint64(p)
 	}
@@ -153,15 +155,15 @@ func lookup(a Addr, timeout time.Duration) (sockaddr, []sockaddr, error) {
 	}
 	ips, err := streamResolver.LookupNetIP(ctx, nw, host)
 	if err != nil {
-		return sockaddr{}, nil, err
+		return sockaddr.Addr{}, nil, err
 	}
-	var v4, v6 []sockaddr
+	var v4, v6 []sockaddr.Addr
 	for _, ip := range ips {
 		ip = ip.Unmap()
 		if ip.Zone() != "" {
 			continue
 		}
-		sa := sockaddrOf(netip.AddrPortFrom(ip, uint16(port)))
+		sa := sockaddr.FromAddrPort(netip.AddrPortFrom(ip, uint16(port)))
 		if ip.Is4() {
 			v4 = append(v4, sa)
 		} else {
@@ -170,7 +172,7 @@ func lookup(a Addr, timeout time.Duration) (sockaddr, []sockaddr, error) {
 	}
 	all := append(v4, v6...)
 	if len(all) == 0 {
-		return sockaddr{}, nil, fmt.Errorf("no usable address for %s", host)
+		return sockaddr.Addr{}, nil, fmt.Errorf("no usable address for %s", host)
 	}
 	return all[0], all[1:min(len(all), maxAddrs)], nil
 }

@@ -55,7 +55,7 @@ func (s *session) relayInto(fd uintptr) bool {
 		b.buf = pool.Get(replyBuf)
 		n, off, empty := 0, 0, false
 		for n < replyBatch && len(b.buf)-off >= maxDatagram {
-			k, err := nbsys.Read(fd, b.buf[off:off+maxDatagram])
+			k, err := nbsys.Read(int(fd), b.buf[off:off+maxDatagram])
 			if err == unix.EINTR {
 				continue
 			}

@@ -102,7 +102,7 @@ func (j *job) write(b []byte) (int, error) {
 // writeOut is the RawConn.Write callback of write.
 func (j *job) writeOut(fd uintptr) bool {
 	for j.wrote < len(j.out) {
-		n, e := nbsys.Write(fd, j.out[j.wrote:])
+		n, e := nbsys.Write(int(fd), j.out[j.wrote:])
 		switch {
 		case e == 0 && n > 0:
 			j.wrote += n
@@ -124,7 +124,7 @@ func (j *job) writeOut(fd uintptr) bool {
 // sysRead is read(2) of fd; raw when it is a socket of package net.
 func sysRead(fd uintptr, b []byte, raw bool) (int, error) {
 	if raw {
-		n, e := nbsys.Read(fd, b)
+		n, e := nbsys.Read(int(fd), b)
 		if e != 0 {
 			return 0, e
 		}

@@ -226,7 +226,7 @@ func (j *job) rescue() error {
 // pipe of ours; raw when the other is a socket of package net.
 func sysSplice(rfd, wfd uintptr, n int, raw bool) (int, error) {
 	if raw {
-		m, e := nbsys.Splice(rfd, wfd, n, spliceFlags)
+		m, e := nbsys.Splice(int(rfd), int(wfd), n, spliceFlags)
 		if e != 0 {
 			return 0, e
 		}

@@ -6,6 +6,7 @@ package udp
 import (
 	"unsafe"
 
+	"github.com/zeroio/zeroio/internal/sockaddr"
 	"github.com/zeroio/zeroio/internal/udpsys"
 	"golang.org/x/sys/unix"
 )
@@ -13,7 +14,7 @@ import (
 // meta parses header i's source address and control messages into m.
 func (s *readScratch) meta(i int, m *Message) udpsys.Control {
 	h := &s.hs[i]
-	m.Addr = udpsys.ParseSockaddr(&s.names[i])
+	m.Addr = sockaddr.ParseInet(&s.names[i])
 	m.Flags = int(h.Hdr.Flags)
 	var ctl udpsys.Control
 	if s.stride > 0 {

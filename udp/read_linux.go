@@ -7,6 +7,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/zeroio/zeroio/internal/sockaddr"
 	"github.com/zeroio/zeroio/internal/udpsys"
 	"golang.org/x/sys/unix"
 )
@@ -17,7 +18,7 @@ import (
 type readScratch struct {
 	hs     []unix.Mmsghdr
 	iovs   []unix.Iovec
-	names  []udpsys.Sockaddr
+	names  []sockaddr.Inet
 	ctl    []byte
 	stride int      // control bytes per header
 	spill  [][]byte // GRO buffers, groBufSize each

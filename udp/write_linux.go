@@ -6,6 +6,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/zeroio/zeroio/internal/sockaddr"
 	"github.com/zeroio/zeroio/internal/udpsys"
 	"golang.org/x/sys/unix"
 )
@@ -18,7 +19,7 @@ type writeScratch struct {
 	groups []group
 	hs     []unix.Mmsghdr
 	iovs   []unix.Iovec
-	names  []udpsys.Sockaddr
+	names  []sockaddr.Inet
 	ctl    []byte
 	ctlOff []int
 	sendFn sendFunc
@@ -46,7 +47,7 @@ func (s *writeScratch) send(msgs []Message, groups []group) (int, error) {
 		m := &msgs[g.start]
 		var namelen uint32
 		if m.Addr.IsValid() {
-			namelen = udpsys.PutSockaddr(&s.names[gi], c.sys.family, m.Addr)
+			namelen = sockaddr.PutInet(&s.names[gi], c.sys.family, m.Addr)
 			if namelen == 0 {
 				badAddr = unix.EAFNOSUPPORT
 				break

@@ -23,5 +23,12 @@
 // would take a large share of the relay's CPU. Its bounded copies keep
 // syscall.Syscall (see netSocket in package splice for why).
 //
+// The relay's event loops make all their socket calls here: accept4,
+// socket, connect, getsockname, setsockopt and shutdown besides the data
+// calls, with addresses in fixed buffers of package internal/sockaddr
+// (x/sys/unix's Accept4, Connect and Getsockname convert to and from the
+// Sockaddr interface, which allocates on every call). Descriptors are
+// ints, as in x/sys/unix.
+//
 // The package is Linux-only; on other GOOS it is empty.
 package nbsys

@@ -79,7 +79,7 @@ func TestSpliceWrite(t *testing.T) {
 	defer unix.Close(p[0])
 	defer unix.Close(p[1])
 
-	if n, e := Splice(bfd, uintptr(p[1]), 1<<16, unix.SPLICE_F_NONBLOCK); e != unix.EAGAIN || n != 0 {
+	if n, e := Splice(bfd, p[1], 1<<16, unix.SPLICE_F_NONBLOCK); e != unix.EAGAIN || n != 0 {
 		t.Fatalf("splice of an empty socket: %d, errno %v; want EAGAIN", n, e)
 	}
 	chunk := make([]byte, 64<<10)
@@ -104,12 +104,12 @@ func TestSpliceWrite(t *testing.T) {
 	var got []byte
 	buf := make([]byte, 64<<10)
 	for len(got) < len(sent) {
-		n, e := Splice(bfd, uintptr(p[1]), 1<<16, unix.SPLICE_F_NONBLOCK)
+		n, e := Splice(bfd, p[1], 1<<16, unix.SPLICE_F_NONBLOCK)
 		if e != 0 || n <= 0 {
 			t.Fatalf("splice from the socket after %d of %d bytes: %d, errno %v", len(got), len(sent), n, e)
 		}
 		for n > 0 {
-			m, e := Splice(uintptr(p[0]), bfd, n, unix.SPLICE_F_NONBLOCK)
+			m, e := Splice(p[0], bfd, n, unix.SPLICE_F_NONBLOCK)
 			if e != 0 || m <= 0 {
 				t.Fatalf("splice to the socket: %d, errno %v", m, e)
 			}
@@ -134,13 +134,13 @@ func TestSpliceWrite(t *testing.T) {
 }
 
 // fdOf returns c's descriptor, which stays open as long as c does.
-func fdOf(t *testing.T, c syscall.Conn) uintptr {
+func fdOf(t *testing.T, c syscall.Conn) int {
 	t.Helper()
 	rc, err := c.SyscallConn()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fd uintptr
-	rc.Control(func(f uintptr) { fd = f })
+	var fd int
+	rc.Control(func(f uintptr) { fd = int(f) })
 	return fd
 }

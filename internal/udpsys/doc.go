@@ -1,6 +1,6 @@
 // Package udpsys is the raw Linux syscall plumbing under package udp:
-// sockaddr <-> [netip.AddrPort] conversion without allocation, recvmmsg and
-// sendmmsg over [unix.Mmsghdr] slices, and building and parsing the control
+// recvmmsg and sendmmsg over [unix.Mmsghdr] slices (their names are
+// package internal/sockaddr's), and building and parsing the control
 // messages for UDP_SEGMENT, UDP_GRO, IP_PKTINFO / IPV6_PKTINFO and
 // IP_TOS / IPV6_TCLASS.
 //

@@ -7,51 +7,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func TestSockaddrRoundTrip(t *testing.T) {
-	for _, tc := range []struct {
-		family int
-		in     string
-		want   string
-		len    uint32
-	}{
-		{unix.AF_INET, "127.0.0.1:53", "127.0.0.1:53", unix.SizeofSockaddrInet4},
-		{unix.AF_INET, "[::ffff:10.0.0.1]:9", "10.0.0.1:9", unix.SizeofSockaddrInet4},
-		{unix.AF_INET, "[::1]:9", "", 0},
-		{unix.AF_INET6, "[::1]:65535", "[::1]:65535", unix.SizeofSockaddrInet6},
-		{unix.AF_INET6, "10.1.2.3:443", "10.1.2.3:443", unix.SizeofSockaddrInet6}, // mapped out, unmapped back
-		{unix.AF_INET6, "[fe80::1%7]:1", "[fe80::1%7]:1", unix.SizeofSockaddrInet6},
-	} {
-		var sa Sockaddr
-		n := PutSockaddr(&sa, tc.family, netip.MustParseAddrPort(tc.in))
-		if n != tc.len {
-			t.Fatalf("%s: length %d, want %d", tc.in, n, tc.len)
-		}
-		if n == 0 {
-			continue
-		}
-		if got := ParseSockaddr(&sa); got.String() != tc.want {
-			t.Fatalf("%s: parsed %v, want %s", tc.in, got, tc.want)
-		}
-	}
-	if n := PutSockaddr(new(Sockaddr), unix.AF_INET6, netip.AddrPort{}); n != 0 {
-		t.Fatal("invalid address accepted")
-	}
-	if got := ParseSockaddr(new(Sockaddr)); got.IsValid() {
-		t.Fatalf("unknown family parsed as %v", got)
-	}
-}
-
-func TestSockaddrAllocs(t *testing.T) {
-	var sa Sockaddr
-	ap := netip.MustParseAddrPort("[2001:db8::1]:443")
-	if a := testing.AllocsPerRun(100, func() {
-		PutSockaddr(&sa, unix.AF_INET6, ap)
-		_ = ParseSockaddr(&sa)
-	}); a != 0 {
-		t.Fatalf("%v allocations", a)
-	}
-}
-
 func TestControlRoundTrip(t *testing.T) {
 	var b []byte
 	b = AppendUDPSegment(b, 1400)
