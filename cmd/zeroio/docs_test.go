@@ -2,11 +2,15 @@ package main
 
 import (
 	"flag"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -162,4 +166,93 @@ func anchors(md string) []string {
 		out = append(out, b.String())
 	}
 	return out
+}
+
+// TestRelayDocNamesEveryLogLine fails when a log message the relay
+// writes (a string literal passed to a slog call in package relay or
+// here) is missing from docs/relay.md, where each is written in
+// backquotes.
+func TestRelayDocNamesEveryLogLine(t *testing.T) {
+	doc := readRelayDoc(t)
+	var msgs []string
+	for _, dir := range []string{"../../relay", "."} {
+		msgs = append(msgs, logMessages(t, dir)...)
+	}
+	if len(msgs) == 0 {
+		t.Fatal("found no log calls")
+	}
+	for _, m := range msgs {
+		if !strings.Contains(doc, "`"+m+"`") {
+			t.Errorf("%s does not document the log line %q", relayDoc, m)
+		}
+	}
+}
+
+// logMessages returns the messages of the slog calls in the Go files of
+// dir, tests left out, whose message is a string literal: x.log.Info("msg",
+// ...), log.Warn, the event engine's c.debug("msg"), and Log and LogAttrs
+// with the message third.
+func logMessages(t *testing.T, dir string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var msgs []string
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			arg := -1
+			switch sel.Sel.Name {
+			case "Debug", "Info", "Warn", "Error":
+				if isLogger(sel.X) {
+					arg = 0
+				}
+			case "Log", "LogAttrs":
+				if isLogger(sel.X) {
+					arg = 2
+				}
+			case "debug":
+				arg = 0
+			}
+			if arg < 0 || len(call.Args) <= arg {
+				return true
+			}
+			lit, ok := call.Args[arg].(*ast.BasicLit)
+			if !ok || lit.Kind != token.STRING {
+				return true
+			}
+			if s, err := strconv.Unquote(lit.Value); err == nil && !slices.Contains(msgs, s) {
+				msgs = append(msgs, s)
+			}
+			return true
+		})
+	}
+	return msgs
+}
+
+// isLogger reports whether x names a logger: log, or a field log.
+func isLogger(x ast.Expr) bool {
+	switch x := x.(type) {
+	case *ast.Ident:
+		return x.Name == "log"
+	case *ast.SelectorExpr:
+		return x.Sel.Name == "log"
+	}
+	return false
 }
