@@ -31,7 +31,10 @@ few minutes on 2 cores; --full runs every size, batch and chunk.
 Suites:
   pool    byte-buffer pools: zeroio Sized, Slab, Arena against make,
           sync.Pool, mcache, bytebufferpool, go-buffer-pool, bufpool
-  udp     batched datagram I/O against net, x/net and wireguard-go
+  udp     batched datagram I/O against net, x/net, wireguard-go and a
+          minimal C sender and receiver (the floor: GSO and GRO, built
+          with cc; c-mmsg: plain sendmmsg/recvmmsg); bulk MB/s and CPU
+          per GiB
   splice  stream copies for every socket pair against io.CopyN and a
           reused 64 KiB buffer
   relay   zeroio relay against a Go io.Copy relay, and HAProxy and socat

@@ -163,15 +163,16 @@ func median(vs []float64) float64 {
 
 func isZeroio(impl string) bool { return strings.HasPrefix(impl, "zeroio") }
 
-// floorImpl is the baseline that bounds what a relay can do on this
-// machine: the minimal C relay, doing only the system calls relaying needs.
+// floorImpl is the baseline that bounds what zeroio can do on this
+// machine: a minimal C program doing only the system calls the job needs
+// (a relay, or a UDP sender and receiver with GSO and GRO).
 const floorImpl = "c-floor"
 
 // isBaseline reports impls that bound what is possible rather than compete
 // (traffic that goes direct, with no relay in between; the C floors,
-// relays with no feature): shown, never the "best peer".
+// programs with no feature): shown, never the "best peer".
 func isBaseline(impl string) bool {
-	return impl == "direct" || impl == "c-floor" || impl == "uring-floor"
+	return impl == "direct" || impl == "c-floor" || impl == "uring-floor" || impl == "c-mmsg"
 }
 
 // summarize computes medians, the pivot rows and the ratios.
@@ -359,7 +360,7 @@ func (r *report) writeTable(w io.Writer) {
 		r.Machine.CPU, r.Machine.Cores, r.Machine.GOMAXPROCS, r.Machine.Kernel, r.Machine.Go, r.Started.UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(w, "medians of %d interleaved samples; ratio = best zeroio vs best peer (above 1: zeroio is better)\n", r.Count)
 	fmt.Fprintf(w, "p = Mann-Whitney U test of those two impls' samples, as benchstat's; ~ marks p >= 0.05: no significant difference\n")
-	fmt.Fprintf(w, "floor = best zeroio vs %s, the minimal C relay (what the kernel's part costs), where a suite runs it\n", floorImpl)
+	fmt.Fprintf(w, "floor = best zeroio vs %s, the minimal C program (what the kernel's part costs), where a suite runs it\n", floorImpl)
 	for _, s := range r.Suites {
 		dir := "lower is better"
 		if s.Higher {
