@@ -451,8 +451,8 @@ func init() {
 		Available: func() string { return needTools() }, Notes: peerNotes("haproxy")})
 	register(Suite{Group: "relay", Name: "RelayUDP", Cases: relayUDPCases, Metric: "p50-µs",
 		Available: func() string { return needTools() }, Notes: peerNotes("socat")})
-	register(Suite{Group: "relay", Name: "RelayLatency", Cases: relayLatencyCases, Metric: "p50-µs",
-		Available: func() string { return needTools() }, Notes: peerNotes("haproxy", "socat")})
+	register(Suite{Group: "relay", Name: "RelayLatency", Cases: relayLatencyCases, Metric: "p50-µs", AlsoChart: []string{"p99-µs"},
+		Available: func() string { return needTools() }, Notes: relayLatencyNotes})
 	register(Suite{Group: "relay", Name: "RelayStreams", Cases: relayStreamsCases,
 		Available: func() string { return needTools() }})
 }
