@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // relayDoc is the relay's reference, which must name every flag and
@@ -255,4 +257,31 @@ func isLogger(x ast.Expr) bool {
 		return x.Sel.Name == "log"
 	}
 	return false
+}
+
+// TestRelayDocNamesEveryMetric fails when a metric the relay exports at
+// /metrics (beyond the Go client's go_ and process_ ones) is missing
+// from docs/relay.md, where each is written in backquotes.
+func TestRelayDocNamesEveryMetric(t *testing.T) {
+	doc := readRelayDoc(t)
+	ch := make(chan *prometheus.Desc, 100)
+	go func() {
+		relayCollector{}.Describe(ch)
+		close(ch)
+	}()
+	fqName := regexp.MustCompile(`fqName: "([^"]+)"`)
+	var n int
+	for d := range ch {
+		m := fqName.FindStringSubmatch(d.String())
+		if m == nil {
+			t.Fatalf("no name in %v", d)
+		}
+		n++
+		if !strings.Contains(doc, "`"+m[1]+"`") {
+			t.Errorf("%s does not document the metric %s", relayDoc, m[1])
+		}
+	}
+	if n == 0 {
+		t.Fatal("the relay's collector describes no metrics")
+	}
 }
