@@ -29,7 +29,9 @@
 // # Statistics
 //
 // Every pool counts hits, misses (heap allocations), outstanding buffers,
-// bytes held and rejected returns in a [Stats] snapshot. The counters live in
+// bytes held and rejected returns in a [Stats] snapshot ([Arena] only of
+// the buffers it carves from shards: its plain allocations are make
+// behind a size check). The counters live in
 // per-P blocks updated without atomic read-modify-write instructions, so they
 // cost about a nanosecond and stay on in production.
 //
