@@ -18,6 +18,7 @@ type counters struct {
 	udpSessions, udpSessionsTotal                atomic.Int64
 	udpPacketsUp, udpPacketsDown                 atomic.Uint64
 	udpDropLimit, udpDropWrite, udpDropTruncated atomic.Uint64
+	udpMoved                                     atomic.Uint64
 }
 
 // RouteStats is a snapshot of one route's counters. Up is client to
@@ -49,6 +50,7 @@ type RouteStats struct {
 	DropsSessionLimit       uint64 // datagrams from new clients over MaxSessions
 	DropsWriteError         uint64 // datagrams not sent: the kernel refused them, or no upstream socket could take them (failed, or the route closing)
 	DropsTruncated          uint64 // datagrams longer than the receive buffer
+	SessionsMoved           uint64 // sessions that followed their QUIC connection ID to a new client address
 
 	// Targets are the route's targets, in the order configured.
 	Targets []TargetStats
@@ -106,7 +108,7 @@ func (s *Server) Stats() Stats {
 			Sessions: c.udpSessions.Load(), SessionsTotal: c.udpSessionsTotal.Load(),
 			PacketsUp: c.udpPacketsUp.Load(), PacketsDown: c.udpPacketsDown.Load(),
 			DropsSessionLimit: c.udpDropLimit.Load(), DropsWriteError: c.udpDropWrite.Load(),
-			DropsTruncated: c.udpDropTruncated.Load(),
+			DropsTruncated: c.udpDropTruncated.Load(), SessionsMoved: c.udpMoved.Load(),
 		})
 	}
 	slices.SortFunc(st.Routes, func(a, b RouteStats) int { return strings.Compare(a.Name, b.Name) })

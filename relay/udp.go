@@ -37,6 +37,7 @@ type udpRoute struct {
 
 	mu       sync.Mutex
 	sessions map[sessionKey]*session
+	ids      quicIDs // QUIC connection IDs that lead to sessions
 	closed   bool
 
 	sockLog pauseLog // session sockets that would not open (sockFailed)
@@ -244,8 +245,8 @@ func (u *udpRoute) relayBatch(ln *udp.Conn, msgs []udp.Message, sc *readScratch)
 		var s *session
 		if m.Truncated {
 			st.udpDropTruncated.Add(1)
-		} else {
-			s = u.session(r, ln, m, now, 1)
+		} else if s = u.session(r, ln, m, now, 1); s != nil && s.quic != nil {
+			s.noteClientID(m.Buf[:m.N])
 		}
 		sc.sess = append(sc.sess, s)
 	}
@@ -303,7 +304,8 @@ func (u *udpRoute) forward(r *Route, s *session, msgs []udp.Message) {
 		// its socket, so session opens a new one (unless the route is
 		// closing), and the datagrams go on as if they had come a moment
 		// later.
-		m := udp.Message{Addr: s.client, Local: s.local, IfIndex: s.ifidx}
+		p := s.peer.Load()
+		m := udp.Message{Addr: p.client, Local: p.local, IfIndex: p.ifidx}
 		s2 := u.session(r, s.ln.Load(), &m, time.Now().UnixNano(), uint64(len(msgs)-sent))
 		if s2 == nil { // dropped, and counted by session under its reason
 			st.udpPacketsUp.Add(uint64(sent))

@@ -536,7 +536,7 @@ func sessionClient(t *testing.T, s *Server) (*net.UDPConn, *route, *session) {
 	rt.udp.mu.Lock()
 	defer rt.udp.mu.Unlock()
 	for _, ss := range rt.udp.sessions {
-		if ss.client == c.LocalAddr().(*net.UDPAddr).AddrPort() {
+		if ss.client() == c.LocalAddr().(*net.UDPAddr).AddrPort() {
 			return c, rt, ss
 		}
 	}

@@ -53,7 +53,8 @@ func TestUDPStaleRefusalLosesNoBatch(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer up.Close()
-			sess := &session{u: u, b: rt.targets().bs[0], client: c.LocalAddr().(*net.UDPAddr).AddrPort(), up: up, rc: rc}
+			sess := &session{u: u, b: rt.targets().bs[0], up: up, rc: rc}
+			sess.peer.Store(&peer{client: c.LocalAddr().(*net.UDPAddr).AddrPort()})
 			sess.ln.Store(u.first.Load())
 			if _, err := up.Write([]byte("refused")); err != nil {
 				t.Fatal(err)
@@ -238,7 +239,8 @@ func TestUDPStaleFragNeededLosesNoBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer up.Close()
-	sess := &session{u: u, b: rt.targets().bs[0], client: c.LocalAddr().(*net.UDPAddr).AddrPort(), up: up, rc: rc}
+	sess := &session{u: u, b: rt.targets().bs[0], up: up, rc: rc}
+	sess.peer.Store(&peer{client: c.LocalAddr().(*net.UDPAddr).AddrPort()})
 	sess.ln.Store(u.first.Load())
 	injectFragNeeded(t, up.AddrPort(), tAddr, 65000)
 	waitFor(t, func() bool { return pendingError(t, up) })

@@ -38,16 +38,37 @@ type sessionKey struct {
 // session is one client's flow. Its goroutine reads the target's replies;
 // the route's readers forward the client's datagrams to up.
 type session struct {
-	u      *udpRoute
-	ln     atomic.Pointer[udp.Conn] // the listening socket replies leave from
+	u     *udpRoute
+	ln    atomic.Pointer[udp.Conn] // the listening socket replies leave from
+	peer  atomic.Pointer[peer]     // changed under u.mu when a QUIC client moves
+	b     *backend                 // the session's target
+	up    *udp.Conn
+	rc    syscall.RawConn
+	reply replyState   // the Linux read callback's state; session goroutine only
+	last  atomic.Int64 // unix nanoseconds of the last datagram either way
+	quic  *quicSession // nil unless the client opened with a QUIC Initial
+}
+
+// peer is where a session's client is: its address, and the local address
+// (and interface) it sent to, which replies leave from.
+type peer struct {
 	client netip.AddrPort
-	local  netip.Addr // the address the client sent to: replies leave from it
+	local  netip.Addr
 	ifidx  int
-	b      *backend // the session's target
-	up     *udp.Conn
-	rc     syscall.RawConn
-	reply  replyState   // the Linux read callback's state; session goroutine only
-	last   atomic.Int64 // unix nanoseconds of the last datagram either way
+}
+
+func (p *peer) key() sessionKey { return sessionKey{p.client, p.local} }
+
+// client is the session's client address now.
+func (s *session) client() netip.AddrPort { return s.peer.Load().client }
+
+// unlink, with u.mu held, removes s from the route's sessions, and the
+// QUIC connection IDs that lead to it, if they still do.
+func (u *udpRoute) unlink(s *session) {
+	if k := s.peer.Load().key(); u.sessions[k] == s {
+		delete(u.sessions, k)
+	}
+	u.forgetIDs(s)
 }
 
 // session returns the client's session, marked used at now, creating it if
@@ -57,6 +78,9 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 	key := sessionKey{m.Addr, m.Local}
 	u.mu.Lock()
 	s, drop := u.lookup(key, r, now)
+	if s == nil {
+		s = u.follow(m, now)
+	}
 	u.mu.Unlock()
 	if s != nil {
 		return s
@@ -123,10 +147,12 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 	u.mu.Lock()
 	other, drop := u.lookup(key, r, now)
 	if other == nil && drop == nil {
-		s = &session{u: u, b: b, client: m.Addr, local: m.Local, ifidx: m.IfIndex, up: up, rc: rc}
+		s = &session{u: u, b: b, up: up, rc: rc}
+		s.peer.Store(&peer{client: m.Addr, local: m.Local, ifidx: m.IfIndex})
 		s.ln.Store(ln)
 		s.last.Store(now)
 		u.sessions[key] = s
+		u.openedQUIC(s, m)
 	}
 	u.mu.Unlock()
 	if s == nil {
@@ -222,9 +248,7 @@ func (s *session) run(timeout time.Duration) {
 	st := &u.rt.st
 	defer func() {
 		u.mu.Lock()
-		if k := (sessionKey{s.client, s.local}); u.sessions[k] == s {
-			delete(u.sessions, k)
-		}
+		u.unlink(s)
 		u.mu.Unlock()
 		s.up.Close()
 		s.b.connEnd(0, 0) // a UDP route counts datagrams, not bytes
@@ -249,12 +273,12 @@ func (s *session) run(timeout time.Duration) {
 			u.mu.Lock()
 			deadline := time.Unix(0, s.last.Load()).Add(timeout)
 			expired := !time.Now().Before(deadline)
-			if k := (sessionKey{s.client, s.local}); expired && u.sessions[k] == s {
-				delete(u.sessions, k)
+			if expired {
+				u.unlink(s)
 			}
 			u.mu.Unlock()
 			if expired {
-				u.rt.srv.log.Debug("UDP session expired", "route", u.rt.name, "client", s.client)
+				u.rt.srv.log.Debug("UDP session expired", "route", u.rt.name, "client", s.client())
 				return
 			}
 			s.up.SetReadDeadline(deadline)
@@ -273,7 +297,7 @@ func (s *session) run(timeout time.Duration) {
 		default:
 			// Anything else would fail again at once: end the session
 			// rather than spin on it.
-			u.rt.srv.log.Warn("UDP session read failed", "route", u.rt.name, "client", s.client, "err", err)
+			u.rt.srv.log.Warn("UDP session read failed", "route", u.rt.name, "client", s.client(), "err", err)
 			return
 		}
 	}
@@ -321,13 +345,17 @@ func (s *session) sendReplies(b *batch, n int) bool {
 	s.touch(time.Now().UnixNano())
 	s.b.dialOK() // the target answers: up, if a refusal had marked it down
 	st := &s.u.rt.st
+	if s.quic != nil {
+		s.learnIDs(b.in[:n])
+	}
+	p := s.peer.Load()
 	out := b.out[:0]
 	for _, m := range b.in[:n] {
 		if m.Truncated {
 			st.udpDropTruncated.Add(1)
 			continue
 		}
-		out = append(out, udp.Message{Buf: m.Buf[:m.N], Addr: s.client, Local: s.local, IfIndex: s.ifidx})
+		out = append(out, udp.Message{Buf: m.Buf[:m.N], Addr: p.client, Local: p.local, IfIndex: p.ifidx})
 	}
 	ln := s.ln.Load()
 	sent, err := ln.WriteAll(out)
@@ -379,9 +407,7 @@ func (s *session) failover(err error) {
 		return
 	}
 	u.mu.Lock()
-	if k := (sessionKey{s.client, s.local}); u.sessions[k] == s {
-		delete(u.sessions, k)
-	}
+	u.unlink(s)
 	u.mu.Unlock()
 	s.up.Close()
 }

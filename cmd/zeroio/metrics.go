@@ -98,6 +98,7 @@ var (
 	mSessTot  = desc("udp_sessions_total", "UDP sessions started.")
 	mPackets  = desc("udp_datagrams_total", "UDP datagrams relayed; up is client to target.", "direction")
 	mDrops    = desc("udp_drops_total", "UDP datagrams dropped, by reason.", "reason")
+	mMoved    = desc("udp_sessions_moved_total", "UDP sessions that followed their QUIC connection ID to a new client address.")
 
 	// A listen address shared by routes turns some clients away before
 	// any route is chosen: those carry the address, not a route.
@@ -123,7 +124,7 @@ var (
 type relayCollector struct{ s *relay.Server }
 
 func (c relayCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{mActive, mAccepted, mRelayed, mRejected, mBytes, mErrors, mSessions, mSessTot, mPackets, mDrops,
+	for _, d := range []*prometheus.Desc{mActive, mAccepted, mRelayed, mRejected, mBytes, mErrors, mSessions, mSessTot, mPackets, mDrops, mMoved,
 		mPaused, mPausedNow, mTargetUp, mTargetWeight, mTargetActive, mTargetConns, mTargetFails, mTargetBytes, mHelloRejected, mLoopConns} {
 		ch <- d
 	}
@@ -173,6 +174,7 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(mDrops, r.DropsSessionLimit, n, "session_limit")
 		counter(mDrops, r.DropsWriteError, n, "write_error")
 		counter(mDrops, r.DropsTruncated, n, "truncated")
+		counter(mMoved, r.SessionsMoved, n)
 		ch <- prometheus.MustNewConstMetric(mPaused, prometheus.CounterValue, r.Paused.Seconds(), n)
 		paused := int64(0)
 		if r.AcceptPaused {

@@ -1,0 +1,228 @@
+package relay
+
+import (
+	"sync/atomic"
+
+	"github.com/zeroio/zeroio/internal/quichello"
+	"github.com/zeroio/zeroio/udp"
+)
+
+// A UDP session is found by its client's address; a QUIC client's address
+// may change under it (a NAT rebinding its port, or a client migrating to
+// another network while keeping its connection ID), and a new session
+// would then balance it onto a target that does not know its connection.
+// So a session opened by a QUIC Initial also learns the connection IDs its
+// target chose (the source IDs of the target's long-header packets,
+// addressed to the client's own ID), and a datagram from an unknown
+// address that carries one of them moves the session to that address.
+// Other UDP traffic keeps its sessions by address alone: a session learns
+// IDs only from a target that answers a version 1 or 2 Initial as QUIC
+// does, so no other protocol's bytes can be taken for an ID.
+
+// maxSessionIDs bounds the connection IDs kept per session: a target's
+// handshake chooses one; the rest are issued encrypted (NEW_CONNECTION_ID)
+// and cannot be seen by a relay.
+const maxSessionIDs = 4
+
+// connID is a connection ID as a map key.
+type connID struct {
+	n  uint8
+	id [quichello.MaxConnIDLen]byte
+}
+
+func connIDOf(b []byte) connID {
+	var c connID
+	c.n = uint8(copy(c.id[:], b))
+	return c
+}
+
+// quicIDs maps the connection IDs that lead to a route's sessions, under
+// udpRoute.mu. Short-header packets carry their ID without its length, so
+// lens has bit n set when some target chose IDs n bytes long.
+type quicIDs struct {
+	m    map[connID]*session
+	lens uint32
+}
+
+// quicSession is what a session knows of its QUIC connection.
+type quicSession struct {
+	version  uint32
+	clientID connID // the client's source ID: the target's packets are addressed to it
+	// Under udpRoute.mu: the IDs that lead to the session, oldest first.
+	ids [maxSessionIDs]connID
+	n   int
+	// The session goroutine's own: the last ID it learned, so that a
+	// handshake's many packets with one ID take the lock once.
+	learned connID
+	// idLen is the length of the IDs the target chose, once one is
+	// learned; lastUsed a hash of the last ID the client sent to.
+	idLen    atomic.Int32
+	lastUsed atomic.Uint64
+}
+
+// openedQUIC, with u.mu held, makes s, a session just opened for the
+// datagram m, follow its QUIC connection if m is a client's Initial.
+func (u *udpRoute) openedQUIC(s *session, m *udp.Message) {
+	if m.Buf == nil || m.N == 0 || m.Buf[0]&0xc0 != 0xc0 {
+		return
+	}
+	h, err := quichello.ParseLong(m.Buf[:m.N])
+	if err != nil || h.Type != quichello.TypeInitial || len(h.DstConnID) < 8 {
+		return
+	}
+	s.quic = &quicSession{version: h.Version, clientID: connIDOf(h.SrcConnID)}
+	// The client's first destination ID leads here too, until the
+	// target's own replaces it: a client that moves before the
+	// handshake's first answer retransmits its Initial with it.
+	u.addID(s, connIDOf(h.DstConnID))
+}
+
+// learnIDs takes the connection IDs the target chose from its replies in
+// msgs (the session goroutine's).
+func (s *session) learnIDs(msgs []udp.Message) {
+	q := s.quic
+	for i := range msgs {
+		b := msgs[i].Buf[:msgs[i].N]
+		if len(b) == 0 || b[0]&0xc0 != 0xc0 {
+			continue
+		}
+		h, err := quichello.ParseLong(b)
+		if err != nil || h.Version != q.version || h.Type == quichello.TypeRetry || len(h.SrcConnID) == 0 ||
+			connIDOf(h.DstConnID) != q.clientID {
+			continue
+		}
+		id := connIDOf(h.SrcConnID)
+		if id == q.learned {
+			continue
+		}
+		q.learned = id
+		q.idLen.Store(int32(id.n))
+		s.u.mu.Lock()
+		if !s.u.closed {
+			s.u.addID(s, id)
+		}
+		s.u.mu.Unlock()
+	}
+}
+
+// noteClientID takes the connection ID the client's datagram b is sent
+// to, if it is one the session has not seen. A QUIC endpoint moves to new
+// IDs its peer issued (RFC 9000, 5.1.2), and those travel encrypted
+// (NEW_CONNECTION_ID): the relay learns them as the client starts using
+// them, from the address the session knows, so that the client is still
+// found if its address changes later. It is called for each datagram of
+// a QUIC session, by any of the route's readers.
+func (s *session) noteClientID(b []byte) {
+	q := s.quic
+	n := int(q.idLen.Load())
+	if n == 0 || len(b) < 1+n || b[0]&0xc0 != 0x40 {
+		return
+	}
+	id := b[1 : 1+n]
+	h := idHash(id)
+	if q.lastUsed.Load() == h {
+		return
+	}
+	q.lastUsed.Store(h)
+	u := s.u
+	u.mu.Lock()
+	if !u.closed && u.sessions[s.peer.Load().key()] == s {
+		u.addID(s, connIDOf(id))
+	}
+	u.mu.Unlock()
+}
+
+// idHash is FNV-1a over a connection ID.
+func idHash(b []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, c := range b {
+		h = (h ^ uint64(c)) * 1099511628211
+	}
+	return h
+}
+
+// addID, with u.mu held, makes id lead to s, unless it leads to another
+// session already (the first to claim an ID keeps it, so that a client
+// cannot choose an ID to take over another's flow). A session keeps its
+// newest maxSessionIDs.
+func (u *udpRoute) addID(s *session, id connID) {
+	if id.n == 0 {
+		return
+	}
+	if u.ids.m == nil {
+		u.ids.m = map[connID]*session{}
+	}
+	if _, taken := u.ids.m[id]; taken {
+		return
+	}
+	q := s.quic
+	if q.n == maxSessionIDs {
+		if u.ids.m[q.ids[0]] == s {
+			delete(u.ids.m, q.ids[0])
+		}
+		copy(q.ids[:], q.ids[1:])
+		q.n--
+	}
+	q.ids[q.n] = id
+	q.n++
+	u.ids.m[id] = s
+	u.ids.lens |= 1 << id.n
+}
+
+// forgetIDs, with u.mu held, removes the IDs that lead to s.
+func (u *udpRoute) forgetIDs(s *session) {
+	q := s.quic
+	if q == nil {
+		return
+	}
+	for _, id := range q.ids[:q.n] {
+		if u.ids.m[id] == s {
+			delete(u.ids.m, id)
+		}
+	}
+	q.n = 0
+}
+
+// follow, with u.mu held, returns the session whose QUIC connection the
+// datagram m from an address without a session belongs to, moved to that
+// address and marked used at now; nil if it belongs to none.
+func (u *udpRoute) follow(m *udp.Message, now int64) *session {
+	if len(u.ids.m) == 0 || m.Buf == nil || m.N == 0 {
+		return nil
+	}
+	b := m.Buf[:m.N]
+	if b[0]&0x40 == 0 { // QUIC's fixed bit (RFC 9000, 17)
+		return nil
+	}
+	var s *session
+	if b[0]&0x80 != 0 {
+		h, err := quichello.ParseLong(b)
+		if err != nil {
+			return nil
+		}
+		s = u.ids.m[connIDOf(h.DstConnID)]
+	} else {
+		for n := 1; n <= quichello.MaxConnIDLen && s == nil; n++ {
+			if u.ids.lens&(1<<n) == 0 {
+				continue
+			}
+			if id, ok := quichello.ShortConnID(b, n); ok {
+				s = u.ids.m[connIDOf(id)]
+			}
+		}
+	}
+	if s == nil {
+		return nil
+	}
+	from := s.peer.Load()
+	if k := from.key(); u.sessions[k] == s {
+		delete(u.sessions, k)
+	}
+	to := &peer{client: m.Addr, local: m.Local, ifidx: m.IfIndex}
+	s.peer.Store(to)
+	u.sessions[to.key()] = s
+	s.touch(now)
+	u.rt.st.udpMoved.Add(1)
+	u.rt.srv.log.Debug("UDP session follows its QUIC connection to a new address", "route", u.rt.name, "from", from.client, "client", to.client)
+	return s
+}

@@ -1,0 +1,147 @@
+package relay
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net"
+	"testing"
+	"time"
+)
+
+// quicLong builds a QUIC version 1 long-header packet of type typ
+// (0 Initial, 2 Handshake) with the connection IDs and payload given. It
+// is not encrypted: following connection IDs reads only the header.
+func quicLong(typ byte, dcid, scid, payload []byte) []byte {
+	b := []byte{0xc0 | typ<<4}
+	b = binary.BigEndian.AppendUint32(b, 1)
+	b = append(b, byte(len(dcid)))
+	b = append(b, dcid...)
+	b = append(b, byte(len(scid)))
+	b = append(b, scid...)
+	if typ == 0 {
+		b = append(b, 0) // no token
+	}
+	b = binary.BigEndian.AppendUint16(b, uint16(len(payload))|0x4000)
+	return append(b, payload...)
+}
+
+// quicShort builds a short-header packet to dcid.
+func quicShort(dcid []byte, payload string) []byte {
+	return append(append([]byte{0x40}, dcid...), payload...)
+}
+
+// quicTarget is a fake QUIC server: it answers a long-header packet with
+// a Handshake packet from its own connection ID (id) to the client's, and
+// a short-header packet addressed to id with "id:payload".
+func quicTarget(t *testing.T, id []byte) *net.UDPConn {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveUDP(t, c, func(in []byte) []byte {
+		if in[0]&0x80 != 0 {
+			dl := int(in[5])
+			scid := in[7+dl : 7+dl+int(in[6+dl])] // the client's source ID
+			return quicLong(2, scid, id, []byte("hello"))
+		}
+		if len(in) > len(id) && bytes.Equal(in[1:1+len(id)], id) {
+			return append(append([]byte(nil), id...), append([]byte(":"), in[1+len(id):]...)...)
+		}
+		return []byte("unknown connection")
+	})
+	return c
+}
+
+// TestUDPFollowsQUICConnectionID: a QUIC client whose address changes
+// (each new socket is a NAT rebinding) stays with the target that knows
+// its connection, although the route balances new clients round-robin
+// over two targets; its replies go to its new address.
+func TestUDPFollowsQUICConnectionID(t *testing.T) {
+	leakCheck(t)
+	idA, idB := []byte("serverAA"), []byte("serverBB")
+	a, b := quicTarget(t, idA), quicTarget(t, idB)
+	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"},
+		Targets: []Target{{Addr{"udp", a.LocalAddr().String()}, 1}, {Addr{"udp", b.LocalAddr().String()}, 1}}}}})
+	ra := s.Addrs("u")[0].(*net.UDPAddr)
+
+	first := dialUDP(t, ra)
+	clientID := []byte("client01")
+	hs := exchange(t, first, quicLong(0, []byte("original"), clientID, make([]byte, 1200)))
+	var server []byte
+	switch {
+	case bytes.Contains(hs, idA):
+		server = idA
+	case bytes.Contains(hs, idB):
+		server = idB
+	default:
+		t.Fatalf("handshake reply %q", hs)
+	}
+	for i := range 8 {
+		c := dialUDP(t, ra) // a new source port: the client was rebound
+		msg := []byte{'m', byte('0' + i)}
+		got := exchange(t, c, quicShort(server, string(msg)))
+		if want := append(append([]byte(nil), server...), append([]byte(":"), msg...)...); !bytes.Equal(got, want) {
+			t.Fatalf("after rebinding %d: reply %q, want %q", i, got, want)
+		}
+	}
+	st := s.Stats().Routes[0]
+	if st.SessionsTotal != 1 || st.SessionsMoved != 8 {
+		t.Fatalf("sessions %d, moved %d; want 1 and 8", st.SessionsTotal, st.SessionsMoved)
+	}
+
+	// Traffic that is not QUIC keeps its sessions by address: a
+	// datagram whose first bytes look like a short header to the
+	// learned ID, from a client that never sent an Initial, is a new
+	// session when it does not carry an ID a target chose.
+	other := dialUDP(t, ra)
+	if got := exchange(t, other, quicShort([]byte("nobody!!"), "x")); string(got) != "unknown connection" {
+		t.Fatalf("unrelated client: %q", got)
+	}
+	if st := s.Stats().Routes[0]; st.SessionsTotal != 2 || st.SessionsMoved != 8 {
+		t.Fatalf("after an unrelated client: sessions %d, moved %d", st.SessionsTotal, st.SessionsMoved)
+	}
+}
+
+// TestUDPLearnsOnlyQUICAnswers: a target whose replies are not addressed
+// to the client's connection ID teaches the relay nothing, so a client
+// that is not QUIC cannot be taken for one that moved.
+func TestUDPLearnsOnlyQUICAnswers(t *testing.T) {
+	leakCheck(t)
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := []byte("serverCC")
+	serveUDP(t, c, func(in []byte) []byte {
+		if in[0]&0x80 != 0 {
+			return quicLong(2, []byte("someone!"), id, []byte("hello")) // not to the client's ID
+		}
+		return []byte("plain")
+	})
+	s := startRelay(t, udpRoute0("127.0.0.1:0", c.LocalAddr(), nil))
+	ra := s.Addrs("u")[0].(*net.UDPAddr)
+	exchange(t, dialUDP(t, ra), quicLong(0, []byte("original"), []byte("client02"), make([]byte, 64)))
+	exchange(t, dialUDP(t, ra), quicShort(id, "x"))
+	if st := s.Stats().Routes[0]; st.SessionsTotal != 2 || st.SessionsMoved != 0 {
+		t.Fatalf("sessions %d, moved %d; want 2 and 0", st.SessionsTotal, st.SessionsMoved)
+	}
+}
+
+// exchange sends msg from c and returns the first reply, retrying a few
+// times on a loaded machine.
+func exchange(t *testing.T, c *net.UDPConn, msg []byte) []byte {
+	t.Helper()
+	buf := make([]byte, 2048)
+	for range 5 {
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		if n, err := c.Read(buf); err == nil {
+			return buf[:n]
+		}
+	}
+	t.Fatalf("no reply to %q", msg[:min(len(msg), 16)])
+	return nil
+}
