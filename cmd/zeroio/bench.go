@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/zeroio/zeroio/cmd/zeroio/internal/bench"
+	"github.com/zeroio/zeroio/cmd/zeroio/internal/report"
 )
 
 const benchUsage = `Usage: zeroio bench [flags]
@@ -169,7 +169,7 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 	}
 	// Find out now, not after minutes of measuring, that the report
 	// cannot be written.
-	if err := checkOutDir(o.out); err != nil {
+	if err := report.CheckDir(o.out); err != nil {
 		fmt.Fprintf(stderr, "zeroio bench: --out %s: %v\n", o.out, err)
 		return 2
 	}
@@ -187,22 +187,22 @@ func runBench(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "zeroio bench: %v\n", err)
 		return 1
 	}
-	if err := rep.write(o.out); err != nil {
+	if err := rep.Write(o.out); err != nil {
 		// The results still reach stdout.
 		fmt.Fprintf(stderr, "zeroio bench: %v\n", err)
-		rep.writeTable(stdout)
+		rep.WriteTable(stdout)
 		return 1
 	}
 	if o.json {
-		if err := rep.writeJSON(stdout); err != nil {
+		if err := rep.WriteJSON(stdout); err != nil {
 			fmt.Fprintf(stderr, "zeroio bench: %v\n", err)
 			return 1
 		}
 	} else {
-		rep.writeTable(stdout)
+		rep.WriteTable(stdout)
 		fmt.Fprintf(stdout, "\nWrote %s: table.txt, bench.txt (benchstat), results.json, report.html\n", o.out)
 	}
-	if n := rep.failures(); n > 0 {
+	if n := rep.Failures(); n > 0 {
 		fmt.Fprintf(stderr, "zeroio bench: %d benchmarks failed; see the report\n", n)
 		return 1
 	}
@@ -231,18 +231,18 @@ func stopOnInterrupt(stderr io.Writer, exit func(int)) func() {
 }
 
 // runSuites runs the selected suites' cases, round-robin across rounds.
-func runSuites(o benchOptions, stderr io.Writer) (*report, error) {
+func runSuites(o benchOptions, stderr io.Writer) (*report.Report, error) {
 	testing.Init()
 	if err := flag.Set("test.benchtime", o.benchtime.String()); err != nil {
 		return nil, err
 	}
-	rep := newReport(o)
-	var all []*caseResult
+	rep := report.New(o.count, o.quick, o.full)
+	var all []runCase
 	for _, s := range bench.Suites() {
 		if !contains(o.suites, s.Group) {
 			continue
 		}
-		sr := &suiteResult{Group: s.Group, Name: s.Name, Metric: s.Metric, Also: s.AlsoChart}
+		sr := &report.Suite{Group: s.Group, Name: s.Name, Metric: s.Metric, Also: s.AlsoChart}
 		if sr.Metric == "" {
 			sr.Metric = "ns/op"
 		}
@@ -257,16 +257,16 @@ func runSuites(o benchOptions, stderr io.Writer) (*report, error) {
 			sr.Notes = s.Notes()
 		}
 		for _, c := range s.Cases(o.scale()) {
-			cr := &caseResult{Suite: s.Name, Group: s.Group, Name: c.Name, Impl: bench.Impl(c.Name), Config: bench.Config(c.Name), f: c.F}
+			cr := &report.Case{Suite: s.Name, Group: s.Group, Name: c.Name, Impl: bench.Impl(c.Name), Config: bench.Config(c.Name)}
 			sr.Cases = append(sr.Cases, cr)
-			all = append(all, cr)
+			all = append(all, runCase{cr, c.F})
 		}
 	}
 	if len(all) == 0 {
 		// Every suite skipped (no nginx or wrk for relay-http): the
 		// report still needs its end time and each suite's direction.
 		rep.Finished = time.Now()
-		rep.summarize()
+		rep.Summarize()
 		return rep, nil
 	}
 	groups := groupByConfig(all)
@@ -287,17 +287,17 @@ func runSuites(o benchOptions, stderr io.Writer) (*report, error) {
 	}
 	bar.finish()
 	rep.Finished = time.Now()
-	rep.summarize()
+	rep.Summarize()
 	return rep, nil
 }
 
 // groupByConfig groups the cases of each suite and configuration, in
 // the order they first appear, each group holding the impls of one
 // configuration.
-func groupByConfig(all []*caseResult) [][]*caseResult {
+func groupByConfig(all []runCase) [][]runCase {
 	type key struct{ suite, config string }
 	index := map[key]int{}
-	var groups [][]*caseResult
+	var groups [][]runCase
 	for _, c := range all {
 		k := key{c.Suite, c.Config}
 		i, ok := index[k]
@@ -320,8 +320,14 @@ func contains(xs []string, x string) bool {
 	return false
 }
 
+// runCase is a case of the report and the benchmark that samples it.
+type runCase struct {
+	*report.Case
+	f func(*testing.B)
+}
+
 // run takes one sample of the case.
-func (c *caseResult) run() {
+func (c runCase) run() {
 	var why string
 	skipped := false
 	r := testing.Benchmark(func(b *testing.B) {
@@ -354,7 +360,7 @@ func (c *caseResult) run() {
 		}
 		return
 	}
-	s := sample{
+	s := report.Sample{
 		N:           r.N,
 		NsPerOp:     float64(r.T.Nanoseconds()) / float64(r.N),
 		BytesPerOp:  float64(r.MemBytes) / float64(r.N),
@@ -419,48 +425,4 @@ func (p *progress) finish() {
 	if p.bar != nil {
 		_ = p.bar.Finish()
 	}
-}
-
-// write saves every output file in dir.
-func (r *report) write(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	files := []struct {
-		name string
-		fn   func(io.Writer) error
-	}{
-		{"table.txt", func(w io.Writer) error { r.writeTable(w); return nil }},
-		{"bench.txt", r.writeRaw},
-		{"results.json", r.writeJSON},
-		{"report.html", r.writeHTML},
-	}
-	for _, f := range files {
-		fh, err := os.Create(filepath.Join(dir, f.name))
-		if err != nil {
-			return err
-		}
-		err = f.fn(fh)
-		if cerr := fh.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("writing %s: %w", f.name, err)
-		}
-	}
-	return nil
-}
-
-// checkOutDir makes dir if need be and checks that files can be created
-// in it.
-func checkOutDir(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, ".probe")
-	if err != nil {
-		return err
-	}
-	f.Close()
-	return os.Remove(f.Name())
 }

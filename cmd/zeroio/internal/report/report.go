@@ -1,4 +1,4 @@
-package main
+package report
 
 import (
 	"bufio"
@@ -7,28 +7,28 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"strings"
-	"testing"
-	"text/tabwriter"
 	"time"
 
 	"github.com/zeroio/zeroio/cmd/zeroio/internal/bench"
 )
 
-// report is everything zeroio bench measured, and what results.json holds.
-type report struct {
-	Machine  machine        `json:"machine"`
-	Started  time.Time      `json:"started"`
-	Finished time.Time      `json:"finished"`
-	Count    int            `json:"count"`
-	Quick    bool           `json:"quick"`
-	Full     bool           `json:"full"`
-	Suites   []*suiteResult `json:"suites"`
+// Report is everything zeroio bench measured, and what results.json holds.
+type Report struct {
+	Machine  Machine   `json:"machine"`
+	Started  time.Time `json:"started"`
+	Finished time.Time `json:"finished"`
+	Count    int       `json:"count"`
+	Quick    bool      `json:"quick"`
+	Full     bool      `json:"full"`
+	Suites   []*Suite  `json:"suites"`
 }
 
-type machine struct {
+// Machine describes where the report was measured.
+type Machine struct {
 	CPU        string `json:"cpu"`
 	Cores      int    `json:"cores"`
 	GOMAXPROCS int    `json:"gomaxprocs"`
@@ -38,24 +38,26 @@ type machine struct {
 	Go         string `json:"go"`
 }
 
-type suiteResult struct {
-	Group   string        `json:"group"`
-	Name    string        `json:"name"`
-	Metric  string        `json:"metric"`
-	Higher  bool          `json:"higher_is_better"`
-	Skipped string        `json:"skipped,omitempty"`
-	Notes   []string      `json:"notes,omitempty"`
-	Also    []string      `json:"also_charted,omitempty"`
-	Cases   []*caseResult `json:"cases"`
+// Suite is one benchmark suite: its cases and their pivot rows.
+type Suite struct {
+	Group   string   `json:"group"`
+	Name    string   `json:"name"`
+	Metric  string   `json:"metric"`
+	Higher  bool     `json:"higher_is_better"`
+	Skipped string   `json:"skipped,omitempty"`
+	Notes   []string `json:"notes,omitempty"`
+	Also    []string `json:"also_charted,omitempty"`
+	Cases   []*Case  `json:"cases"`
 	// Rows pivot the cases: one per config, with the median of Metric for
 	// each impl and zeroio's ratio to the best peer.
-	Rows []row `json:"rows"`
+	Rows []Row `json:"rows"`
 	// AlsoRows pivot the units of Also the same way, unit by unit.
-	AlsoRows []row    `json:"also_rows,omitempty"`
+	AlsoRows []Row    `json:"also_rows,omitempty"`
 	Impls    []string `json:"impls"`
 }
 
-type row struct {
+// Row is one configuration of a suite, judged in one unit.
+type Row struct {
 	Config string `json:"config"`
 	// Unit is what the row is judged by: the suite's metric, or, for cases
 	// that do not report it, their own main metric.
@@ -80,7 +82,8 @@ type row struct {
 	FloorP float64 `json:"floor_p,omitempty"`
 }
 
-type caseResult struct {
+// Case is one benchmark (one impl in one configuration) and its samples.
+type Case struct {
 	Suite   string             `json:"suite"`
 	Group   string             `json:"group"`
 	Name    string             `json:"name"`
@@ -88,12 +91,12 @@ type caseResult struct {
 	Config  string             `json:"config"`
 	Failed  string             `json:"failed,omitempty"`
 	Skipped string             `json:"skipped,omitempty"` // why a case did not run: not a failure
-	Samples []sample           `json:"samples"`
+	Samples []Sample           `json:"samples"`
 	Medians map[string]float64 `json:"medians"`
-	f       func(*testing.B)
 }
 
-type sample struct {
+// Sample is one run of a case: a testing.BenchmarkResult per op.
+type Sample struct {
 	N           int                `json:"n"`
 	NsPerOp     float64            `json:"ns_per_op"`
 	MBPerSec    float64            `json:"mb_per_s,omitempty"`
@@ -102,12 +105,14 @@ type sample struct {
 	Extra       map[string]float64 `json:"extra,omitempty"`
 }
 
-func newReport(o benchOptions) *report {
-	return &report{Machine: readMachine(), Started: time.Now(), Count: o.count, Quick: o.quick, Full: o.full}
+// New starts a report on this machine, now, of count rounds; quick and
+// full say which scale of zeroio bench ran.
+func New(count int, quick, full bool) *Report {
+	return &Report{Machine: ReadMachine(), Started: time.Now(), Count: count, Quick: quick, Full: full}
 }
 
-func readMachine() machine {
-	m := machine{
+func ReadMachine() Machine {
+	m := Machine{
 		CPU: "unknown", Cores: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0),
 		Kernel: "unknown", GOOS: runtime.GOOS, GOARCH: runtime.GOARCH, Go: runtime.Version(),
 	}
@@ -125,8 +130,8 @@ func readMachine() machine {
 	return m
 }
 
-// units lists every unit a case reports, primary first.
-func (c *caseResult) values(unit string) []float64 {
+// values lists the case's samples of unit.
+func (c *Case) values(unit string) []float64 {
 	var vs []float64
 	for _, s := range c.Samples {
 		switch unit {
@@ -175,8 +180,8 @@ func isBaseline(impl string) bool {
 	return impl == "direct" || impl == "c-floor" || impl == "uring-floor" || impl == "c-mmsg"
 }
 
-// summarize computes medians, the pivot rows and the ratios.
-func (r *report) summarize() {
+// Summarize computes medians, the pivot rows and the ratios.
+func (r *Report) Summarize() {
 	for _, s := range r.Suites {
 		s.Higher = bench.HigherIsBetter(s.Metric)
 		var configs []string
@@ -218,10 +223,10 @@ func (r *report) summarize() {
 
 // pivot makes the row of one config in unit: each impl's median, and
 // zeroio's ratio to the best peer with its p-value.
-func pivot(s *suiteResult, cfg, unit string) row {
-	rw := row{Config: cfg, Unit: unit, Medians: map[string]float64{}}
+func pivot(s *Suite, cfg, unit string) Row {
+	rw := Row{Config: cfg, Unit: unit, Medians: map[string]float64{}}
 	rw.Higher = bench.HigherIsBetter(rw.Unit)
-	cases := map[string]*caseResult{} // the config's, by impl
+	cases := map[string]*Case{} // the config's, by impl
 	for _, c := range s.Cases {
 		if c.Config != cfg {
 			continue
@@ -258,7 +263,7 @@ func pivot(s *suiteResult, cfg, unit string) row {
 // compare returns how many times better the row's best zeroio impl is
 // than impl in the row's unit, and the p-value of the two impls' samples;
 // zeros when either is missing.
-func compare(rw row, cases map[string]*caseResult, impl string) (ratio, p float64) {
+func compare(rw Row, cases map[string]*Case, impl string) (ratio, p float64) {
 	z, o := rw.Medians[rw.BestZero], rw.Medians[impl]
 	if rw.BestZero == "" || impl == "" || z <= 0 || o <= 0 {
 		return 0, 0
@@ -274,7 +279,7 @@ func compare(rw row, cases map[string]*caseResult, impl string) (ratio, p float6
 
 // rowUnit picks the unit a config is judged by: the suite's metric if its
 // cases report it, else a throughput they report, else ns/op.
-func rowUnit(s *suiteResult, cfg string) string {
+func rowUnit(s *Suite, cfg string) string {
 	var extra []string
 	for _, c := range s.Cases {
 		if c.Config != cfg {
@@ -303,7 +308,7 @@ func rowUnit(s *suiteResult, cfg string) string {
 	return "ns/op"
 }
 
-func (r *report) failures() int {
+func (r *Report) Failures() int {
 	n := 0
 	for _, s := range r.Suites {
 		for _, c := range s.Cases {
@@ -315,165 +320,9 @@ func (r *report) failures() int {
 	return n
 }
 
-// formatValue prints a metric value with 3 significant digits.
-func formatValue(v float64) string {
-	switch {
-	case math.IsNaN(v):
-		return "-"
-	case v == 0:
-		return "0"
-	case math.Abs(v) >= 100:
-		return fmt.Sprintf("%.0f", v)
-	case math.Abs(v) >= 10:
-		return fmt.Sprintf("%.1f", v)
-	case math.Abs(v) >= 1:
-		return fmt.Sprintf("%.2f", v)
-	}
-	return fmt.Sprintf("%.3g", v)
-}
-
-func formatRatio(v float64) string {
-	if v == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.2fx", v)
-}
-
-// formatP prints a row's p-value, "~" after it when the ratio is within
-// the noise (p >= 0.05), as benchstat marks it.
-func formatP(rw row) string { return formatPValue(rw.P) }
-
-func formatPValue(p float64) string {
-	if p == 0 { // no ratio, or no samples to test
-		return "-"
-	}
-	if p >= 0.05 {
-		return fmt.Sprintf("%.3f ~", p)
-	}
-	return fmt.Sprintf("%.3f", p)
-}
-
-// writeTable prints, per suite, the medians of its metric for every impl
-// and zeroio's ratio to the best peer.
-func (r *report) writeTable(w io.Writer) {
-	fmt.Fprintf(w, "zeroio bench — %s, %d cores, GOMAXPROCS %d, Linux %s, %s — %s\n",
-		r.Machine.CPU, r.Machine.Cores, r.Machine.GOMAXPROCS, r.Machine.Kernel, r.Machine.Go, r.Started.UTC().Format("2006-01-02 15:04 UTC"))
-	fmt.Fprintf(w, "medians of %d interleaved samples; ratio = best zeroio vs best peer (above 1: zeroio is better)\n", r.Count)
-	fmt.Fprintf(w, "p = Mann-Whitney U test of those two impls' samples, as benchstat's; ~ marks p >= 0.05: no significant difference\n")
-	fmt.Fprintf(w, "floor = best zeroio vs %s, the minimal C program (what the kernel's part costs), where a suite runs it\n", floorImpl)
-	for _, s := range r.Suites {
-		dir := "lower is better"
-		if s.Higher {
-			dir = "higher is better"
-		}
-		fmt.Fprintf(w, "\n%s · Benchmark%s (%s, %s)\n", s.Group, s.Name, s.Metric, dir)
-		if s.Skipped != "" {
-			fmt.Fprintf(w, "  skipped: %s\n", s.Skipped)
-			continue
-		}
-		for _, n := range s.Notes {
-			fmt.Fprintf(w, "  note: %s\n", n)
-		}
-		writeRows(w, s, s.Rows, s.Metric)
-		for _, u := range s.Also {
-			var rows []row
-			for _, rw := range s.AlsoRows {
-				if rw.Unit == u {
-					rows = append(rows, rw)
-				}
-			}
-			if len(rows) == 0 {
-				continue
-			}
-			dir := "lower is better"
-			if bench.HigherIsBetter(u) {
-				dir = "higher is better"
-			}
-			fmt.Fprintf(w, "  %s (%s)\n", u, dir)
-			writeRows(w, s, rows, u)
-		}
-		for _, c := range s.Cases {
-			if c.Failed != "" {
-				fmt.Fprintf(w, "  FAILED %s: %s\n", c.Name, c.Failed)
-			} else if c.Skipped != "" && len(c.Samples) == 0 {
-				fmt.Fprintf(w, "  skipped %s: %s\n", c.Name, c.Skipped)
-			}
-		}
-	}
-}
-
-// writeRows prints rows as a table of each impl's median, zeroio's ratio
-// to the best peer, its p-value and that peer, and, when the suite runs
-// the floor, zeroio's ratio to it and that p-value; a row judged by
-// another unit than unit says which.
-func writeRows(w io.Writer, s *suiteResult, rows []row, unit string) {
-	floor, ratio := false, false
-	for _, rw := range rows {
-		floor = floor || rw.Floor != 0
-		ratio = ratio || rw.Ratio != 0
-	}
-	// Only the impls with a value in these rows: "direct" has no relay
-	// CPU, and a suite run without its peers would otherwise show columns
-	// of dashes as if they were results; likewise the ratio columns when
-	// no peer ran.
-	impls := rowImpls(s, rows)
-	if len(impls) == 0 {
-		return // every case failed or skipped: the lines below say why
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "config\t")
-	for _, im := range impls {
-		fmt.Fprintf(tw, "%s\t", im)
-	}
-	if ratio {
-		fmt.Fprint(tw, "ratio\tp\tvs\t")
-	}
-	if floor {
-		fmt.Fprint(tw, "floor\tp\t")
-	}
-	fmt.Fprint(tw, "\n")
-	for _, rw := range rows {
-		fmt.Fprintf(tw, "%s\t", rw.Config)
-		for _, im := range impls {
-			v, ok := rw.Medians[im]
-			if !ok {
-				v = math.NaN()
-			}
-			fmt.Fprintf(tw, "%s\t", formatValue(v))
-		}
-		vs := rw.BestPeer
-		if rw.Unit != unit {
-			vs += " (" + rw.Unit + ")"
-		}
-		if ratio {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t", formatRatio(rw.Ratio), formatP(rw), vs)
-		}
-		if floor {
-			fmt.Fprintf(tw, "%s\t%s\t", formatRatio(rw.Floor), formatPValue(rw.FloorP))
-		}
-		fmt.Fprint(tw, "\n")
-	}
-	tw.Flush()
-}
-
-// rowImpls returns the suite's impls, in order, that have a median in
-// at least one of rows.
-func rowImpls(s *suiteResult, rows []row) []string {
-	var out []string
-	for _, im := range s.Impls {
-		for _, rw := range rows {
-			if _, ok := rw.Medians[im]; ok {
-				out = append(out, im)
-				break
-			}
-		}
-	}
-	return out
-}
-
-// writeRaw writes every sample as a Go benchmark result line, the format
+// WriteRaw writes every sample as a Go benchmark result line, the format
 // benchstat and golang.org/x/perf/benchfmt read.
-func (r *report) writeRaw(w io.Writer) error {
+func (r *Report) WriteRaw(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "goos: %s\ngoarch: %s\npkg: github.com/zeroio/zeroio/cmd/zeroio/internal/bench\ncpu: %s\n", r.Machine.GOOS, r.Machine.GOARCH, r.Machine.CPU)
 	suffix := ""
@@ -502,8 +351,54 @@ func (r *report) writeRaw(w io.Writer) error {
 	return bw.Flush()
 }
 
-func (r *report) writeJSON(w io.Writer) error {
+// WriteJSON writes the report as results.json holds it.
+func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
+}
+
+// Write saves every output file in dir: table.txt, bench.txt,
+// results.json and report.html.
+func (r *Report) Write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	files := []struct {
+		name string
+		fn   func(io.Writer) error
+	}{
+		{"table.txt", func(w io.Writer) error { r.WriteTable(w); return nil }},
+		{"bench.txt", r.WriteRaw},
+		{"results.json", r.WriteJSON},
+		{"report.html", r.WriteHTML},
+	}
+	for _, f := range files {
+		fh, err := os.Create(filepath.Join(dir, f.name))
+		if err != nil {
+			return err
+		}
+		err = f.fn(fh)
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("writing %s: %w", f.name, err)
+		}
+	}
+	return nil
+}
+
+// CheckDir makes dir if need be and checks that files can be created in
+// it, so that a run finds out before measuring that Write would fail.
+func CheckDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".probe")
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }

@@ -1,4 +1,4 @@
-package main
+package report
 
 import (
 	"bytes"
@@ -54,7 +54,7 @@ func (c *chart) addLegend(impl string, i int) {
 }
 
 type htmlSuite struct {
-	*suiteResult
+	*Suite
 	Charts      []chart
 	AllocCharts []chart
 	NoAllocs    bool
@@ -84,7 +84,7 @@ func configParts(cfg string) [][2]string {
 }
 
 // xKey picks the numeric config key to plot along x, or "".
-func xKey(s *suiteResult) string {
+func xKey(s *Suite) string {
 	for _, k := range xKeys {
 		vals := map[string]bool{}
 		numeric := true
@@ -111,7 +111,7 @@ func xKey(s *suiteResult) string {
 
 // medianOf returns the median of unit for the case with this config and
 // impl.
-func medianOf(s *suiteResult, cfg, impl, unit string) (float64, bool) {
+func medianOf(s *Suite, cfg, impl, unit string) (float64, bool) {
 	for _, c := range s.Cases {
 		if c.Config == cfg && c.Impl == impl {
 			v, ok := c.Medians[unit]
@@ -124,7 +124,7 @@ func medianOf(s *suiteResult, cfg, impl, unit string) (float64, bool) {
 // charts draws unit for a suite: line charts along a numeric key when the
 // configs have one (a chart per combination of the other keys), else one
 // bar chart over the configs.
-func suiteCharts(s *suiteResult, unit string, logY bool) ([]chart, error) {
+func suiteCharts(s *Suite, unit string, logY bool) ([]chart, error) {
 	xk := xKey(s)
 	if xk == "" {
 		c, err := barChart(s, unit)
@@ -151,73 +151,86 @@ func suiteCharts(s *suiteResult, unit string, logY bool) ([]chart, error) {
 	}
 	var out []chart
 	for _, g := range order {
-		p := plot.New()
-		title := strings.TrimSpace(fmt.Sprintf("Benchmark%s %s", s.Name, g)) + " — " + unit
-		p.Title.Text = title
-		p.X.Label.Text = xk
-		p.Y.Label.Text = unit
-		var xs []float64
-		c := chart{Title: title}
-		allPositive := true
-		for i, impl := range s.Impls {
-			var pts plotter.XYs
-			for _, cfg := range groups[g] {
-				v, ok := medianOf(s, cfg, impl, unit)
-				if !ok || math.IsNaN(v) {
-					continue
-				}
-				for _, pp := range configParts(cfg) {
-					if pp[0] == xk {
-						x, _ := strconv.ParseFloat(pp[1], 64)
-						pts = append(pts, plotter.XY{X: x, Y: v})
-						xs = append(xs, x)
-					}
-				}
-				allPositive = allPositive && v > 0
-			}
-			if len(pts) == 0 {
-				continue
-			}
-			sort.Slice(pts, func(a, b int) bool { return pts[a].X < pts[b].X })
-			l, sc, err := plotter.NewLinePoints(pts)
-			if err != nil {
-				return nil, err
-			}
-			l.Color = implColor(i)
-			l.Width = vg.Points(1.5)
-			if isZeroio(impl) {
-				l.Width = vg.Points(3.5)
-			}
-			sc.Color = implColor(i)
-			sc.Shape = plotutil.Shape(i)
-			p.Add(l, sc)
-			c.addLegend(impl, i)
-			c.Series = append(c.Series, impl)
-			c.Points = append(c.Points, len(pts))
-		}
-		if len(c.Series) == 0 {
-			continue
-		}
-		sort.Float64s(xs)
-		if xs[0] > 0 && xs[len(xs)-1]/xs[0] >= 16 {
-			p.X.Scale = plot.LogScale{}
-			p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-		}
-		if logY && allPositive {
-			p.Y.Scale = plot.LogScale{}
-			p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-		}
-		svg, err := renderSVG(p, 7, 4.2)
+		c, err := lineChart(s, unit, xk, g, groups[g], logY)
 		if err != nil {
 			return nil, err
 		}
-		c.SVG = svg
-		out = append(out, c)
+		if c != nil {
+			out = append(out, *c)
+		}
 	}
 	return out, nil
 }
 
-func barChart(s *suiteResult, unit string) (*chart, error) {
+// lineChart draws unit for the configs of one group (g names the values
+// of their other keys) along the numeric key xk, a line per impl; nil
+// when no impl has a value.
+func lineChart(s *Suite, unit, xk, g string, cfgs []string, logY bool) (*chart, error) {
+	p := plot.New()
+	title := strings.TrimSpace(fmt.Sprintf("Benchmark%s %s", s.Name, g)) + " — " + unit
+	p.Title.Text = title
+	p.X.Label.Text = xk
+	p.Y.Label.Text = unit
+	var xs []float64
+	c := &chart{Title: title}
+	allPositive := true
+	for i, impl := range s.Impls {
+		var pts plotter.XYs
+		for _, cfg := range cfgs {
+			v, ok := medianOf(s, cfg, impl, unit)
+			if !ok || math.IsNaN(v) {
+				continue
+			}
+			for _, pp := range configParts(cfg) {
+				if pp[0] == xk {
+					x, _ := strconv.ParseFloat(pp[1], 64)
+					pts = append(pts, plotter.XY{X: x, Y: v})
+					xs = append(xs, x)
+				}
+			}
+			allPositive = allPositive && v > 0
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		sort.Slice(pts, func(a, b int) bool { return pts[a].X < pts[b].X })
+		l, sc, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return nil, err
+		}
+		l.Color = implColor(i)
+		l.Width = vg.Points(1.5)
+		if isZeroio(impl) {
+			l.Width = vg.Points(3.5)
+		}
+		sc.Color = implColor(i)
+		sc.Shape = plotutil.Shape(i)
+		p.Add(l, sc)
+		c.addLegend(impl, i)
+		c.Series = append(c.Series, impl)
+		c.Points = append(c.Points, len(pts))
+	}
+	if len(c.Series) == 0 {
+		return nil, nil
+	}
+	sort.Float64s(xs)
+	if xs[0] > 0 && xs[len(xs)-1]/xs[0] >= 16 {
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	if logY && allPositive {
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	svg, err := renderSVG(p, 7, 4.2)
+	if err != nil {
+		return nil, err
+	}
+	c.SVG = svg
+	return c, nil
+}
+
+func barChart(s *Suite, unit string) (*chart, error) {
 	p := plot.New()
 	title := fmt.Sprintf("Benchmark%s — %s", s.Name, unit)
 	p.Title.Text = title
@@ -288,7 +301,7 @@ func renderSVG(p *plot.Plot, w, h float64) (template.HTML, error) {
 }
 
 // rowUnits lists the units a suite's rows are judged by, in order.
-func rowUnits(s *suiteResult) []string {
+func rowUnits(s *Suite) []string {
 	var us []string
 	for _, rw := range s.Rows {
 		if !slices.Contains(us, rw.Unit) {
@@ -299,7 +312,7 @@ func rowUnits(s *suiteResult) []string {
 }
 
 // pivotHTML renders the suite's rows as a table of medians and ratios.
-func pivotHTML(s *suiteResult, withRatio bool) template.HTML {
+func pivotHTML(s *Suite, withRatio bool) template.HTML {
 	rows := append(s.Rows[:len(s.Rows):len(s.Rows)], s.AlsoRows...)
 	// As in the text table, only the impls with a value in some row,
 	// and no table at all when every case failed or skipped.
@@ -327,16 +340,16 @@ func pivotHTML(s *suiteResult, withRatio bool) template.HTML {
 			if im == rw.BestZero && withRatio {
 				cls = ` class="z"`
 			}
-			fmt.Fprintf(&b, "<td%s>%s</td>", cls, formatValue(v))
+			fmt.Fprintf(&b, "<td%s>%s</td>", cls, FormatValue(v))
 		}
 		if withRatio {
 			cls := "win"
 			if rw.Ratio > 0 && rw.Ratio < 1 {
 				cls = "loss"
 			}
-			fmt.Fprintf(&b, `<td class="%s">%s %s (p %s)`, cls, formatRatio(rw.Ratio), template.HTMLEscapeString(rw.BestPeer), formatP(rw))
+			fmt.Fprintf(&b, `<td class="%s">%s %s (p %s)`, cls, FormatRatio(rw.Ratio), template.HTMLEscapeString(rw.BestPeer), FormatP(rw))
 			if rw.Floor != 0 {
-				fmt.Fprintf(&b, `<br>%s %s (p %s)`, formatRatio(rw.Floor), floorImpl, formatPValue(rw.FloorP))
+				fmt.Fprintf(&b, `<br>%s %s (p %s)`, FormatRatio(rw.Floor), floorImpl, formatPValue(rw.FloorP))
 			}
 			b.WriteString("</td>")
 		}
@@ -394,12 +407,12 @@ const figTmpl = `{{define "fig"}}<figure class="chart" data-title="{{.Title}}" d
 <figcaption>{{range .Legend}}<span>{{if .Zeroio}}<b><i style="background:{{.Color}}"></i>{{.Name}}</b>{{else}}<i style="background:{{.Color}}"></i>{{.Name}}{{end}}</span>{{end}}</figcaption></figure>
 {{end}}`
 
-func (r *report) writeHTML(w io.Writer) error {
+func (r *Report) WriteHTML(w io.Writer) error {
 	var suites []htmlSuite
 	for _, s := range r.Suites {
-		hs := htmlSuite{suiteResult: s}
+		hs := htmlSuite{Suite: s}
 		if s.Skipped == "" && len(s.Rows) > 0 {
-			charts := func(s *suiteResult, u string) error {
+			charts := func(s *Suite, u string) error {
 				cs, err := suiteCharts(s, u, !bench.HigherIsBetter(u))
 				hs.Charts = append(hs.Charts, cs...)
 				return err
@@ -423,7 +436,7 @@ func (r *report) writeHTML(w io.Writer) error {
 			}
 			// No ratio column when no peer ran (all skipped): a column
 			// of "-" is no result.
-			hasRatio := func(rw row) bool { return rw.Ratio != 0 }
+			hasRatio := func(rw Row) bool { return rw.Ratio != 0 }
 			hs.Table = pivotHTML(s, slices.ContainsFunc(s.Rows, hasRatio) || slices.ContainsFunc(s.AlsoRows, hasRatio))
 			any := false
 			for _, c := range s.Cases {
