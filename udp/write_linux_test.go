@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -228,4 +229,53 @@ func TestWriteBatchRandomMetadata(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzSetIovs cuts the Bufs of a batch from one array, back to back with
+// now and then a gap, plans the sends, and checks that the iovecs of each
+// send, one per datagram or one per run, cover exactly the run's bytes, in
+// order.
+func FuzzSetIovs(f *testing.F) {
+	f.Add([]byte{100, 100, 100, 40}, []byte{0, 0, 0, 0})
+	f.Add([]byte{200, 200, 200, 200}, []byte{0, 1, 0, 0})
+	f.Add([]byte{1, 1, 0, 1}, []byte{0, 0, 0, 1})
+	f.Fuzz(func(t *testing.T, sizes, gaps []byte) {
+		if len(sizes) > 300 {
+			sizes = sizes[:300]
+		}
+		arr := make([]byte, len(sizes)*(255*7+1))
+		for i := range arr {
+			arr[i] = byte(i * 7)
+		}
+		msgs := make([]Message, len(sizes))
+		off := 0
+		for i, sz := range sizes {
+			if len(gaps) > 0 && gaps[i%len(gaps)]&1 != 0 {
+				off++
+			}
+			n := int(sz) * 7
+			msgs[i] = Message{Buf: arr[off : off+n : off+n], Addr: apA}
+			off += n
+		}
+		s := &writeScratch{}
+		s.iovs = make([]unix.Iovec, len(msgs))
+		for _, g := range planGroups(nil, msgs, true) {
+			n := s.setIovs(msgs, g)
+			if g.seg == 0 && n != 1 || n != 1 && n != g.end-g.start {
+				t.Fatalf("group %+v: %d iovecs", g, n)
+			}
+			var got, want []byte
+			for _, v := range s.iovs[g.start : g.start+n] {
+				if v.Len > 0 {
+					got = append(got, unsafe.Slice(v.Base, v.Len)...)
+				}
+			}
+			for _, m := range msgs[g.start:g.end] {
+				want = append(want, m.Buf...)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatalf("group %+v: iovecs cover %d bytes, want the run's %d", g, len(got), len(want))
+			}
+		}
+	})
 }
