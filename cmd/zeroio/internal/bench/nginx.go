@@ -68,13 +68,7 @@ func startNginx() (*nginxServer, error) {
 		removeTempDir(dir)
 		return nil, err
 	}
-	cmd := exec.Command("nginx", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", filepath.Join(dir, "error.log"))
-	ownGroup(cmd) // master and worker stop together
-	// What nginx says before its error log is open (it cannot open it,
-	// a bad option, a library missing) reaches only its stderr.
-	stderr := &tailBuffer{max: 4 << 10}
-	cmd.Stderr = stderr
-	exited, err := startChild(cmd)
+	cmd, exited, said, err := startNginxIn(dir)
 	if err != nil {
 		removeTempDir(dir)
 		return nil, err
@@ -82,18 +76,36 @@ func startNginx() (*nginxServer, error) {
 	n.cmd = cmd
 	n.exited = exited
 	if !waitListenOrExit(n.addr, n.exited) {
-		log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-		why := strings.TrimSpace(string(log))
-		if why == "" {
-			why = stderr.String()
-		}
+		why := said()
 		n.stop()
-		if why == "" {
-			why = "no message in its error log or on stderr"
-		}
 		return nil, fmt.Errorf("nginx did not listen on %s: %s", n.addr, why)
 	}
 	return n, nil
+}
+
+// startNginxIn starts nginx on dir/nginx.conf, its error log in dir, in a
+// process group of its own (master and workers stop together). said
+// returns what nginx said, for an error message: its error log, or, if
+// it failed before the log was open (a bad option, a library missing),
+// its stderr.
+func startNginxIn(dir string) (cmd *exec.Cmd, exited <-chan struct{}, said func() string, err error) {
+	errorLog := filepath.Join(dir, "error.log")
+	cmd = exec.Command("nginx", "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", errorLog)
+	ownGroup(cmd)
+	stderr := &tailBuffer{max: 4 << 10}
+	cmd.Stderr = stderr
+	exited, err = startChild(cmd)
+	said = func() string {
+		log, _ := os.ReadFile(errorLog)
+		if why := strings.TrimSpace(string(log)); why != "" {
+			return why
+		}
+		if why := stderr.String(); why != "" {
+			return why
+		}
+		return "no message in its error log or on stderr"
+	}
+	return cmd, exited, said, err
 }
 
 // prepare writes the bodies and the configuration. The directory is made

@@ -143,9 +143,20 @@ func waitListen(addr string) bool { return waitListenOrExit(addr, nil) }
 // waitListenOrExit waits up to 10 s for addr to accept a connection, and
 // gives up early once exited (the process meant to listen) is closed.
 func waitListenOrExit(addr string, exited <-chan struct{}) bool {
-	for range 1000 {
-		if c, err := net.Dial("tcp", addr); err == nil {
+	return waitOrExit(exited, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
 			c.Close()
+		}
+		return err == nil
+	})
+}
+
+// waitOrExit polls ready every 10 ms for up to 10 s, and gives up early
+// once exited (the process it waits for) is closed.
+func waitOrExit(exited <-chan struct{}, ready func() bool) bool {
+	for range 1000 {
+		if ready() {
 			return true
 		}
 		select {
