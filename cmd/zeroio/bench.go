@@ -39,6 +39,13 @@ Suites:
           reused 64 KiB buffer
   relay   zeroio relay against a Go io.Copy relay, and HAProxy and socat
           when they are on PATH
+  relay-udp
+          the zeroio UDP relay against a naive Go relay, socat, nginx
+          stream (with libnginx-mod-stream) and a minimal C UDP relay
+          (the floor, built with cc): ping-pong p50 and p99; datagrams
+          per second, relay CPU per datagram and memory per session from
+          100 and 1,000 clients (1 to 1,000 and 1400-byte datagrams
+          with --full)
   relay-http
           the zeroio relay command between wrk and nginx (keep-alive and
           Connection: close 1 KiB GETs, 1 MiB GETs) against HAProxy, the

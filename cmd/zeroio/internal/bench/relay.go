@@ -27,10 +27,12 @@ import (
 //   - copy64k: a read/write loop through a 64 KiB buffer per direction
 //   - haproxy: HAProxy in mode tcp with option splice-auto
 //   - socat: socat TCP-LISTEN,fork (UDP-LISTEN for datagrams)
-//   - c-floor: a minimal C epoll relay (cfloor.go), TCP only
+//   - c-floor: a minimal C epoll relay (cfloor.go); for UDP targets, a
+//     minimal C UDP relay (relay_udp_peers.go)
 //   - uring-floor: the same on io_uring (cfloor.go), TCP only
 //   - stdnet (UDP): net.UDPConn one datagram per call, a goroutine and a
 //     connected upstream socket per client
+//   - nginx (UDP): nginx stream's UDP proxy (relay_udp_peers.go)
 //
 // The Go relays are entered from init when ZEROIO_RELAY_CHILD names one.
 
@@ -199,6 +201,9 @@ type relayProc struct {
 	// exited, if not nil, is closed once a goroutine's cmd.Wait returned
 	// (a second Wait would return at once).
 	exited <-chan struct{}
+	// cleanup, if not nil, runs once the relay stopped (removes its
+	// configuration directory).
+	cleanup func()
 }
 
 // haproxyHead opens every HAProxy configuration of the benchmarks, so that
@@ -237,6 +242,12 @@ defaults
 func startRelayProc(impl, target string) (*relayProc, error) {
 	var cmd *exec.Cmd
 	tgt := strings.SplitN(target, "://", 2)
+	switch {
+	case impl == "c-floor" && tgt[0] == "udp":
+		return udpRelayFloor.start(tgt[1])
+	case impl == "nginx" && tgt[0] == "udp":
+		return startNginxStream(tgt[1])
+	}
 	switch impl {
 	case "c-floor":
 		return cfloor.start(tgt[1])
@@ -282,21 +293,9 @@ func startRelayProc(impl, target string) (*relayProc, error) {
 			return nil, err
 		}
 		p := &relayProc{cmd: cmd, addr: addr, exited: exited}
-		if tgt[0] == "udp" {
-			time.Sleep(200 * time.Millisecond) // nothing to dial; give it time to bind
+		if tgt[0] == "udp" && waitOrExit(exited, func() bool { return udpBound(port) }) ||
+			tgt[0] == "tcp" && waitListenOrExit(addr, exited) {
 			return p, nil
-		}
-		for range 200 {
-			if c, err := net.Dial("tcp", addr); err == nil {
-				c.Close()
-				return p, nil
-			}
-			select {
-			case <-exited:
-			case <-time.After(10 * time.Millisecond):
-				continue
-			}
-			break // it exited: no use waiting
 		}
 		p.stop()
 		why := stderr.String()
@@ -371,6 +370,9 @@ func (p *relayProc) stop() {
 	}
 	if p.stdin == nil {
 		killGroup(p.cmd, true) // forked children that outlived the parent
+	}
+	if p.cleanup != nil {
+		p.cleanup()
 	}
 }
 
@@ -449,8 +451,8 @@ func init() {
 		Available: func() string { return needTools("iperf3") }, Notes: peerNotes("haproxy", "socat")})
 	register(Suite{Group: "relay", Name: "RelayIdle", Cases: relayIdleCases, Metric: "KiB/conn", AlsoChart: []string{"pipes"},
 		Available: func() string { return needTools() }, Notes: peerNotes("haproxy")})
-	register(Suite{Group: "relay", Name: "RelayUDP", Cases: relayUDPCases, Metric: "p50-µs",
-		Available: func() string { return needTools() }, Notes: peerNotes("socat")})
+	register(Suite{Group: "relay-udp", Name: "RelayUDP", Cases: relayUDPCases, Metric: "p50-µs", AlsoChart: []string{"cpu-ns/dgram"},
+		Available: func() string { return needTools() }, Notes: relayUDPNotes})
 	register(Suite{Group: "relay", Name: "RelayLatency", Cases: relayLatencyCases, Metric: "p50-µs", AlsoChart: []string{"p99-µs"},
 		Available: func() string { return needTools() }, Notes: relayLatencyNotes})
 	register(Suite{Group: "relay", Name: "RelayStreams", Cases: relayStreamsCases,

@@ -18,8 +18,9 @@ import (
 // datagram sent; the delivered rate and share are reported): from a client
 // that sends each datagram as its own packet (flood), from one that sends
 // with UDP GSO as QUIC stacks do on Linux (flood-gso), and from the target
-// back to the client (flood-down).
-func relayUDPCases(Scale) []Case {
+// back to the client (flood-down). Then the flood from many clients at
+// once (sessions, relay_udp_sessions.go).
+func relayUDPCases(sc Scale) []Case {
 	modes := []struct {
 		name string
 		run  func(b *testing.B, impl string)
@@ -29,16 +30,36 @@ func relayUDPCases(Scale) []Case {
 		{"flood-gso/size=1400", func(b *testing.B, impl string) { runUDPFlood(b, impl, 1400, true) }},
 		{"flood-down/size=1400", func(b *testing.B, impl string) { runUDPFloodDown(b, impl, 1400) }},
 	}
+	impls := relayUDPImpls()
 	var cs []Case
 	for _, m := range modes {
-		for _, impl := range []string{"direct", "zeroio", "stdnet", "socat"} {
-			if !havePeer(impl) {
+		for _, impl := range impls {
+			// Below --full, nginx and the C relay only in the ping-pong
+			// and the sessions mode, which cover what the floods do.
+			if sc < Full && m.name != modes[0].name && (impl == "nginx" || impl == "c-floor") {
 				continue
 			}
 			cs = append(cs, Case{fmt.Sprintf("mode=%s/impl=%s", m.name, impl), func(b *testing.B) { m.run(b, impl) }})
 		}
 	}
-	return cs
+	return append(cs, relayUDPSessionCases(sc, impls)...)
+}
+
+// relayUDPImpls are the relays the suite compares, those that can run
+// here: direct delivery (no relay), zeroio, the naive Go relay, socat,
+// nginx stream and the minimal C relay.
+func relayUDPImpls() []string {
+	var impls []string
+	for _, impl := range []string{"direct", "zeroio", "stdnet", "socat", "nginx", "c-floor"} {
+		switch {
+		case impl == "nginx" && nginxStreamWhyNot() != "",
+			impl == "c-floor" && udpRelayFloor.whyNot() != "",
+			!havePeer(impl):
+			continue
+		}
+		impls = append(impls, impl)
+	}
+	return impls
 }
 
 // udpPeer starts a UDP echo server (or, with echo false, a counting sink)
@@ -269,24 +290,27 @@ func floodMessages(size int, to netip.AddrPort) []udp.Message {
 	return msgs
 }
 
-// flood sends b.N datagrams of msgs on c, at most floodWindow ahead of got,
-// and reports what arrived.
-func flood(b *testing.B, c *udp.Conn, msgs []udp.Message, got *atomic.Int64, wake chan struct{}) {
+// flood sends b.N datagrams on c, at most floodWindow ahead of got, taking
+// msgs in turn (at most floodBatch a call), and reports what arrived,
+// which it returns.
+func flood(b *testing.B, c *udp.Conn, msgs []udp.Message, got *atomic.Int64, wake chan struct{}) int64 {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(msgs[0].Buf)))
 	got.Store(0)
 	var sent, written int64 // written: sent minus what was written off
+	next := 0               // the message to send next
 	start := time.Now()
 	b.ResetTimer()
 	stall := time.NewTimer(time.Hour)
 	defer stall.Stop()
 	for sent < int64(b.N) {
 		g := got.Load()
-		if room := min(floodWindow-(written-g), int64(b.N)-sent, floodBatch); room > 0 {
-			n, err := c.WriteAll(msgs[:room])
+		if room := min(floodWindow-(written-g), int64(b.N)-sent, floodBatch, int64(len(msgs)-next)); room > 0 {
+			n, err := c.WriteAll(msgs[next : next+int(room)])
 			if err != nil && n == 0 {
 				fatal(b, err)
 			}
+			next = (next + n) % len(msgs)
 			sent += int64(n)
 			written += int64(n)
 			continue
@@ -307,4 +331,5 @@ func flood(b *testing.B, c *udp.Conn, msgs []udp.Message, got *atomic.Int64, wak
 	g := got.Load()
 	b.ReportMetric(float64(g)/elapsed.Seconds(), "delivered/s")
 	b.ReportMetric(100*float64(g)/float64(sent), "delivered-%")
+	return g
 }

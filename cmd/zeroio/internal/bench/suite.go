@@ -20,7 +20,7 @@ type Case struct {
 // A Suite is one Benchmark function's worth of cases.
 type Suite struct {
 	// Group is what `zeroio bench --suite` selects: pool, udp, splice,
-	// relay, relay-http, relay-tls.
+	// relay, relay-udp, relay-http, relay-tls, quic.
 	Group string
 	// Name is the Benchmark function's name without "Benchmark": "Pool"
 	// runs as BenchmarkPool.
@@ -48,7 +48,7 @@ func HigherIsBetter(unit string) bool {
 		return false
 	case strings.Contains(unit, "cpu"), strings.Contains(unit, "lat"),
 		strings.HasSuffix(unit, "ns"), strings.HasSuffix(unit, "µs"), strings.HasSuffix(unit, "ms"),
-		strings.HasSuffix(unit, "/conn"), strings.HasSuffix(unit, "/req"),
+		strings.HasSuffix(unit, "/conn"), strings.HasSuffix(unit, "/req"), strings.HasSuffix(unit, "/session"),
 		unit == "pipes", unit == "lost", unit == "retries":
 		return false
 	case strings.HasSuffix(unit, "/s"), strings.HasPrefix(unit, "delivered"):
@@ -84,7 +84,7 @@ func Suites() []Suite {
 }
 
 // Groups lists the suite groups in the order they run.
-var Groups = []string{"pool", "udp", "splice", "relay", "relay-http", "relay-tls", "quic"}
+var Groups = []string{"pool", "udp", "splice", "relay", "relay-udp", "relay-http", "relay-tls", "quic"}
 
 func groupOrder(g string) int {
 	for i, x := range Groups {

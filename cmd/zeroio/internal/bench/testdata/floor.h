@@ -1,11 +1,13 @@
 /*
- * floor.h: what the bench's C relays (cfloor/relay.c, uringfloor/relay.c)
- * share: their command line, listeners and lifetime.
+ * floor.h: what the bench's C relays (cfloor/relay.c, uringfloor/relay.c,
+ * udprelay/relay.c) share: their command line, listeners and lifetime.
  *
  *   relay LISTEN_IPV4:PORT TARGET_IPV4:PORT THREADS
  *
  * Each of THREADS threads runs loop on a SO_REUSEPORT listener of its own
- * (the kernel spreads connections across them). The relay prints
+ * (the kernel spreads connections, or UDP clients by their address and
+ * port, across them): a TCP listener, or a UDP socket where the relay
+ * sets listen_type to SOCK_DGRAM. The relay prints
  * "LISTEN ip:port" on stdout once it listens (port 0 picks one) and serves
  * until stdin reaches end of file.
  */
@@ -24,6 +26,7 @@
 #include <unistd.h>
 
 static struct sockaddr_in target;
+static int listen_type = SOCK_STREAM;
 
 static void die(const char *what)
 {
@@ -53,16 +56,17 @@ static void parse_addr(const char *s, struct sockaddr_in *sa)
 static int listener(struct sockaddr_in *sa)
 {
 	static const int one = 1;
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int fd = socket(AF_INET, listen_type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		die("socket");
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) < 0)
 		die("SO_REUSEPORT");
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* inherited */
+	if (listen_type == SOCK_STREAM)
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* inherited */
 	if (bind(fd, (struct sockaddr *)sa, sizeof *sa) < 0)
 		die("bind");
-	if (listen(fd, 4096) < 0)
+	if (listen_type == SOCK_STREAM && listen(fd, 4096) < 0)
 		die("listen");
 	socklen_t len = sizeof *sa;
 	getsockname(fd, (struct sockaddr *)sa, &len); /* the port, if 0 */
