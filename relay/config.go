@@ -163,6 +163,10 @@ type Route struct {
 	// MaxSessions limits concurrent UDP sessions; datagrams from new
 	// clients over the limit are dropped and counted.
 	MaxSessions int
+	// QUICLB routes a QUIC client to the target whose server ID its
+	// connection ID carries, whatever address it comes from (UDP routes
+	// only; nil for none). See [QUICLB].
+	QUICLB *QUICLB
 
 	// own is UnixUser and UnixGroup resolved to ids by validate, so the
 	// bind does not look them up again; nil keeps the process's.
@@ -265,6 +269,7 @@ func (r *Route) checkKind() error {
 		add(r.SessionTimeout != 0, "session_timeout")
 		add(r.MaxSessions != 0, "max_sessions")
 		add(r.UDPBuffer != 0, "udp_buffer")
+		add(r.QUICLB != nil, "quic_lb")
 	}
 	if len(set) == 0 {
 		return nil
@@ -287,6 +292,7 @@ func (r *Route) validate() error {
 		bad("no listen address")
 	}
 	r.validateTargets(bad)
+	r.validateQUICLB(bad)
 	for _, d := range []struct {
 		name string
 		v    time.Duration

@@ -61,8 +61,15 @@ type quicSession struct {
 }
 
 // openedQUIC, with u.mu held, makes s, a session just opened for the
-// datagram m, follow its QUIC connection if m is a client's Initial.
-func (u *udpRoute) openedQUIC(s *session, m *udp.Message) {
+// datagram m, follow its QUIC connection if m is a client's Initial, or
+// if m went to s's target by the server ID in its connection ID cid.
+func (u *udpRoute) openedQUIC(s *session, m *udp.Message, cid []byte) {
+	if cid != nil {
+		s.quic = &quicSession{}
+		s.quic.idLen.Store(int32(len(cid)))
+		u.addID(s, connIDOf(cid))
+		return
+	}
 	if m.Buf == nil || m.N == 0 || m.Buf[0]&0xc0 != 0xc0 {
 		return
 	}

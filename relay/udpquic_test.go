@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/zeroio/zeroio/internal/quiclb"
 )
 
 // quicLong builds a QUIC version 1 long-header packet of type typ
@@ -144,4 +147,61 @@ func exchange(t *testing.T, c *net.UDPConn, msg []byte) []byte {
 	}
 	t.Fatalf("no reply to %q", msg[:min(len(msg), 16)])
 	return nil
+}
+
+// TestUDPRoutesByQUICServerID: clients that the relay has never seen,
+// sending to connection IDs that carry a target's server ID (a client
+// that migrated to a new path with a new ID), reach that target, though
+// the route balances round-robin.
+func TestUDPRoutesByQUICServerID(t *testing.T) {
+	leakCheck(t)
+	lb := quiclb.Config{ConfigID: 1, ServerIDLen: 2, NonceLen: 5}
+	cidOf := func(server string, nonce string) []byte {
+		b, err := lb.Encode(make([]byte, lb.CIDLen()), []byte(server), []byte(nonce))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	a, b := quicTarget(t, cidOf("AA", "aaaaa")), quicTarget(t, cidOf("BB", "bbbbb"))
+	ta, tb := Addr{"udp", a.LocalAddr().String()}, Addr{"udp", b.LocalAddr().String()}
+	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"},
+		Targets: []Target{{ta, 1}, {tb, 1}},
+		QUICLB:  &QUICLB{ConfigID: 1, ServerIDLen: 2, NonceLen: 5, Servers: []QUICServer{{ta, []byte("AA")}, {tb, []byte("BB")}}}}}})
+	ra := s.Addrs("u")[0].(*net.UDPAddr)
+	for i := range 6 {
+		server := []string{"AA", "AA", "BB", "AA", "BB", "BB"}[i]
+		id := cidOf(server, "aaaaa")
+		if server == "BB" {
+			id = cidOf(server, "bbbbb")
+		}
+		got := exchange(t, dialUDP(t, ra), quicShort(id, "hi"))
+		if want := string(id) + ":hi"; string(got) != want {
+			t.Fatalf("client %d to server %s: reply %q, want %q", i, server, got, want)
+		}
+	}
+}
+
+func TestQUICLBConfigChecked(t *testing.T) {
+	ta, tb := Addr{"udp", "127.0.0.1:1"}, Addr{"udp", "127.0.0.1:2"}
+	for _, c := range []struct {
+		name string
+		q    QUICLB
+		want string
+	}{
+		{"bad layout", QUICLB{ServerIDLen: 0, NonceLen: 5}, "server ID length 0"},
+		{"wrong length", QUICLB{ServerIDLen: 2, NonceLen: 5, Servers: []QUICServer{{ta, []byte("A")}}}, "has 1 octets"},
+		{"not a target", QUICLB{ServerIDLen: 1, NonceLen: 5, Servers: []QUICServer{{Addr{"udp", "127.0.0.1:3"}, []byte("A")}}}, "not a target"},
+		{"twice", QUICLB{ServerIDLen: 1, NonceLen: 5, Servers: []QUICServer{{ta, []byte("A")}, {tb, []byte("A")}}}, "given to both"},
+	} {
+		q := c.q
+		_, err := New(Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"}, Targets: []Target{{ta, 1}, {tb, 1}}, QUICLB: &q}}})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+	}
+	_, err := New(Config{Routes: []Route{{Name: "s", Listen: Addr{"tcp", "127.0.0.1:0"}, Target: ta, QUICLB: &QUICLB{ServerIDLen: 1, NonceLen: 5}}}})
+	if err == nil || !strings.Contains(err.Error(), "quic_lb") {
+		t.Errorf("quic_lb on a stream route: %v", err)
+	}
 }

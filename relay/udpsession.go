@@ -102,14 +102,24 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 	// down. So does one that is the relay itself under another name:
 	// it is marked down and never taken as a last resort, as a
 	// stream's dial to it is.
+	//
+	// A QUIC client whose connection ID names a target's server ID
+	// goes to that target first (see QUICLB).
 	var tried triedSet
 	var b *backend
 	var up *udp.Conn
 	var rc syscall.RawConn
+	ts := u.rt.targets()
+	pinned, cid := serverFor(r.QUICLB, ts, m)
 	for up == nil {
 		var tg *udpTarget
 		for tg == nil {
-			if b = u.rt.targets().pick(m.Addr.Addr(), &tried); b == nil {
+			if pinned >= 0 && !tried.has(pinned) {
+				tried.add(pinned)
+				if b = ts.bs[pinned]; b.isDown(&now) {
+					continue
+				}
+			} else if b = u.rt.targets().pick(m.Addr.Addr(), &tried); b == nil {
 				st.udpDropWrite.Add(n)
 				return nil
 			}
@@ -152,7 +162,10 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 		s.ln.Store(ln)
 		s.last.Store(now)
 		u.sessions[key] = s
-		u.openedQUIC(s, m)
+		if pinned < 0 || b != ts.bs[pinned] {
+			cid = nil
+		}
+		u.openedQUIC(s, m, cid)
 	}
 	u.mu.Unlock()
 	if s == nil {

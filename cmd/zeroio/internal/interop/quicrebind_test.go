@@ -1,6 +1,7 @@
 package interop
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -10,6 +11,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/quic-go/quic-go"
 
+	"github.com/zeroio/zeroio/quicudp"
 	"github.com/zeroio/zeroio/relay"
 )
 
@@ -50,12 +53,18 @@ func selfSigned(t *testing.T, names ...string) (*tls.Config, *x509.CertPool) {
 // ends.
 func quicEcho(t *testing.T, tc *tls.Config) *quic.Listener {
 	t.Helper()
-	ln, err := quic.ListenAddr("127.0.0.1:0", tc, &quic.Config{MaxIdleTimeout: 10 * time.Second})
+	return quicEchoOn(t, &quic.Transport{Conn: listenUDP(t)}, tc)
+}
+
+// quicEchoOn is quicEcho on the transport tr.
+func quicEchoOn(t *testing.T, tr *quic.Transport, tc *tls.Config) *quic.Listener {
+	t.Helper()
+	ln, err := tr.Listen(tc, &quic.Config{MaxIdleTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	t.Cleanup(func() { ln.Close(); tr.Close(); wg.Wait() })
 	wg.Go(func() {
 		for {
 			c, err := ln.Accept(context.Background())
@@ -236,4 +245,106 @@ func echoOver(addr string, roots *x509.CertPool, size int, seed byte) error {
 		return errors.New("echo differs from what was sent")
 	}
 	return nil
+}
+
+// TestQUICMigrationByServerID: quic-go servers issue connection IDs that
+// carry their server ID (quicudp's CIDGenerator), and the relay's route
+// knows the IDs. A quic-go client migrates its connection to a new path,
+// a new socket sending to a new connection ID the relay has never seen:
+// the relay takes it to the server the ID names, which validates the
+// path, and the echo goes on across the switch.
+func TestQUICMigrationByServerID(t *testing.T) {
+	tc, roots := selfSigned(t, "localhost")
+	lb := relay.QUICLB{ConfigID: 2, ServerIDLen: 1, NonceLen: 8}
+	var targets []relay.Target
+	for _, id := range []byte{'a', 'b'} {
+		gen, err := quicudp.NewCIDGenerator(quicudp.LBConfig{ConfigID: lb.ConfigID, ServerID: []byte{id}, NonceLen: lb.NonceLen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln := quicEchoOn(t, &quic.Transport{Conn: listenUDP(t), ConnectionIDGenerator: gen}, tc)
+		addr := relay.Addr{Network: "udp", Address: ln.Addr().String()}
+		targets = append(targets, relay.Target{Addr: addr, Weight: 1})
+		lb.Servers = append(lb.Servers, relay.QUICServer{Target: addr, ID: []byte{id}})
+	}
+	srv, err := relay.New(relay.Config{Routes: []relay.Route{{Name: "q", Listen: relay.Addr{Network: "udp", Address: "127.0.0.1:0"},
+		Targets: targets, QUICLB: &lb}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ra := srv.Addrs("q")[0].(*net.UDPAddr)
+
+	for i := range 4 {
+		if err := migrateAndEcho(t, ra, roots, byte(i)); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+	}
+}
+
+func listenUDP(t *testing.T) *net.UDPConn {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// migrateAndEcho echoes a chunk over a new connection to ra, moves the
+// connection to a new path, and echoes another on the same stream.
+func migrateAndEcho(t *testing.T, ra *net.UDPAddr, roots *x509.CertPool, seed byte) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tr1 := &quic.Transport{Conn: listenUDP(t)}
+	defer tr1.Close()
+	c, err := tr1.Dial(ctx, ra, &tls.Config{RootCAs: roots, ServerName: "localhost", NextProtos: []string{"echo"}},
+		&quic.Config{MaxIdleTimeout: 10 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer c.CloseWithError(0, "")
+	s, err := c.OpenStreamSync(ctx)
+	if err != nil {
+		return err
+	}
+	chunk := func(n int) error {
+		out := make([]byte, 64<<10)
+		for i := range out {
+			out[i] = byte(i) ^ seed ^ byte(n)
+		}
+		if _, err := s.Write(out); err != nil {
+			return err
+		}
+		in := make([]byte, len(out))
+		if _, err := io.ReadFull(s, in); err != nil {
+			return err
+		}
+		if !bytes.Equal(in, out) {
+			return errors.New("echo differs")
+		}
+		return nil
+	}
+	if err := chunk(0); err != nil {
+		return err
+	}
+	tr2 := &quic.Transport{Conn: listenUDP(t)}
+	defer tr2.Close()
+	p, err := c.AddPath(tr2)
+	if err != nil {
+		return err
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+	defer pcancel()
+	if err := p.Probe(pctx); err != nil {
+		return fmt.Errorf("probing the new path: %w", err)
+	}
+	if err := p.Switch(); err != nil {
+		return err
+	}
+	return chunk(1)
 }
