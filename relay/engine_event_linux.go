@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zeroio/zeroio/internal/evloop"
 	"github.com/zeroio/zeroio/internal/nbsys"
 	"golang.org/x/sys/unix"
 )
@@ -25,7 +26,7 @@ func newPlatformEngine(s *Server, name string) engine {
 
 // eventEngine relays stream connections from GOMAXPROCS event loops, each
 // a goroutine waiting in epoll_wait(2) on an epoll instance of its own
-// (see loop, and reserveProcs for the Ps busy loops hold). Every loop
+// (see loop, and evloop.ReserveProcs for the Ps busy loops hold). Every loop
 // watches every listener (EPOLLEXCLUSIVE, so that one loop wakes per new
 // connection) and accepts one connection per turn until EAGAIN. Each
 // connection goes to the loop with the fewest (pick), which keeps it, as
@@ -60,7 +61,7 @@ func (e *eventEngine) start() []*loop {
 		return e.loops
 	}
 	e.running = true
-	n := reserveProcs()
+	n := evloop.ReserveProcs()
 	for i := range n {
 		l, err := newLoop(e, i)
 		if err != nil {
@@ -71,7 +72,7 @@ func (e *eventEngine) start() []*loop {
 		}
 		e.loops = append(e.loops, l)
 	}
-	releaseProcs(n - len(e.loops))
+	evloop.ReleaseProcs(n - len(e.loops))
 	for _, l := range e.loops {
 		e.wg.Add(1)
 		go l.run()
@@ -198,7 +199,7 @@ func (e *eventEngine) close() {
 		lp.post(func() { lp.stop = true })
 	}
 	e.wg.Wait()
-	releaseProcs(len(loops))
+	evloop.ReleaseProcs(len(loops))
 }
 
 func (e *eventEngine) inFlight() []connInfo {
@@ -246,9 +247,9 @@ func (e *eventEngine) holding() (bufs, pipes, pipesTaken int64, ok bool) {
 	}
 	for _, lp := range e.started() {
 		lp.call(func() {
-			bufs += lp.bufsHeld
-			pipes += lp.pipesHeld
-			pipesTaken += lp.pipesTaken
+			bufs += lp.bufs.Held
+			pipes += lp.pipes.Held
+			pipesTaken += lp.pipes.Taken
 		})
 	}
 	return bufs, pipes, pipesTaken, true

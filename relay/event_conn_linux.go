@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/zeroio/zeroio/internal/evloop"
 	"github.com/zeroio/zeroio/internal/nbsys"
 	"github.com/zeroio/zeroio/internal/sockaddr"
 	"github.com/zeroio/zeroio/internal/tlshello"
@@ -57,7 +58,7 @@ type evConn struct {
 	src, dst netip.AddrPort // the client, and the address it reached
 
 	up, down dir // client to target, target to client
-	tm       timer
+	tm       evloop.Timer
 	last     int64 // the loop's time when a byte last moved
 	start    int64 // the loop's time when accepted
 
@@ -122,10 +123,10 @@ func (l *loop) accepted(f *front, fd int, peer netip.AddrPort, wait bool) {
 			return
 		}
 		c.state = stProxy
-		l.wheel.arm(c, after(l.now, r.ProxyHeaderTimeout), l.now)
+		l.wheel.arm(c, evloop.After(l.now, r.ProxyHeaderTimeout), l.now)
 		return
 	}
-	l.wheel.arm(c, after(l.now, r.PeekTimeout), l.now)
+	l.wheel.arm(c, evloop.After(l.now, r.PeekTimeout), l.now)
 }
 
 // helloBufSize holds a PROXY header, the longest ClientHello the parser
@@ -299,7 +300,7 @@ func (c *evConn) admitted(rt *route) {
 			return
 		}
 		c.state = stProxy
-		l.wheel.arm(c, after(l.now, r.ProxyHeaderTimeout), l.now)
+		l.wheel.arm(c, evloop.After(l.now, r.ProxyHeaderTimeout), l.now)
 		if c.cR {
 			c.readProxy()
 		}
@@ -331,7 +332,7 @@ func (c *evConn) policy() {
 	c.ts = rt.targets()
 	c.left = c.ts.npos
 	if r.DialTimeout > 0 {
-		c.deadline = after(l.now, r.DialTimeout)
+		c.deadline = evloop.After(l.now, r.DialTimeout)
 	}
 	if e := c.up.readAhead(l, c.cfd, &c.cR, c.cHup); e != 0 {
 		// The client reset before the dial: no target is dialled for
@@ -431,7 +432,7 @@ func (c *evConn) expired() {
 	case stRelay:
 		idle := c.cfg.IdleTimeout
 		if since := l.now - c.last; since < int64(idle) {
-			l.wheel.arm(c, after(c.last, idle), l.now)
+			l.wheel.arm(c, evloop.After(c.last, idle), l.now)
 			return
 		}
 		c.finish(errIdle)

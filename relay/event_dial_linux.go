@@ -3,6 +3,7 @@ package relay
 import (
 	"time"
 
+	"github.com/zeroio/zeroio/internal/evloop"
 	"github.com/zeroio/zeroio/internal/nbsys"
 	"github.com/zeroio/zeroio/internal/sockaddr"
 	"golang.org/x/sys/unix"
@@ -49,13 +50,13 @@ func (c *evConn) dialNext(lastErr error) {
 // connectTo starts a non-blocking connect to sa, the address of c.b.
 // The attempt's timer runs.
 func (c *evConn) connectTo(sa *sockaddr.Addr) {
-	if r := c.lp.targets[c.b.addr]; c.tm.at != 0 && r != nil {
+	if r := c.lp.targets[c.b.addr]; c.tm.At() != 0 && r != nil {
 		// The attempt's time is shared with the name's addresses left,
 		// as package net's dialer shares it (partialDeadline), so that
 		// one that leaves a connect unanswered leaves time to the others.
 		if n := len(r.more) - int(c.ai); n > 0 {
 			now := c.lp.now
-			c.lp.wheel.arm(c, now+(c.tm.at-now)/int64(n+1), now)
+			c.lp.wheel.arm(c, now+(c.tm.At()-now)/int64(n+1), now)
 		}
 	}
 	fd, e := nbsys.StreamSocket(sa.Family)
@@ -212,7 +213,7 @@ func (c *evConn) connected() {
 	c.state = stRelay
 	c.last = l.now
 	if idle := c.cfg.IdleTimeout; idle > 0 {
-		l.wheel.arm(c, after(l.now, idle), l.now)
+		l.wheel.arm(c, evloop.After(l.now, idle), l.now)
 	} else {
 		l.wheel.disarm(c)
 	}

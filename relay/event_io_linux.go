@@ -3,8 +3,8 @@ package relay
 import (
 	"sync/atomic"
 
+	"github.com/zeroio/zeroio/internal/evloop"
 	"github.com/zeroio/zeroio/internal/nbsys"
-	"github.com/zeroio/zeroio/pool"
 	"golang.org/x/sys/unix"
 )
 
@@ -13,9 +13,9 @@ import (
 // direction that keeps filling the buffer switches to splice(2) through
 // a pipe of its loop's, held only while bytes wait in it.
 type dir struct {
-	buf      []byte // pooled; nil when empty
-	off, end int    // bytes waiting in buf
-	pipe     pipe   // if hasPipe
+	buf      []byte      // pooled; nil when empty
+	off, end int         // bytes waiting in buf
+	pipe     evloop.Pipe // if hasPipe
 	hasPipe  bool
 	inPipe   int        // bytes waiting in the pipe
 	full     uint8      // reads in a row that filled buf
@@ -30,28 +30,18 @@ const (
 	bufSize = 16 << 10
 	// bulkReads full reads in a row prove a flow bulky: it then moves
 	// through a pipe, without copying through user space.
-	bulkReads    = 4
-	pipeSize     = 1 << 20 // as package splice's pipes; the kernel caps it at pipe-max-size
-	maxIdlePipes = 16      // per loop
+	bulkReads = 4
 	// spliceFlags: neither side blocks, and pages move rather than
 	// copy where the kernel can.
 	spliceFlags = unix.SPLICE_F_NONBLOCK | unix.SPLICE_F_MOVE
 )
 
-func (l *loop) getBuf() []byte {
-	l.bufsHeld++
-	return pool.Get(bufSize)
-}
+// getBuf, getBufN and putBuf take and give back a buffer of l's.
+func (l *loop) getBuf() []byte { return l.bufs.Get(bufSize) }
 
-func (l *loop) getBufN(n int) []byte {
-	l.bufsHeld++
-	return pool.Get(n)
-}
+func (l *loop) getBufN(n int) []byte { return l.bufs.Get(n) }
 
-func (l *loop) putBuf(b []byte) {
-	l.bufsHeld--
-	pool.Put(b)
-}
+func (l *loop) putBuf(b []byte) { l.bufs.Put(b) }
 
 // finished reports whether d has passed on its source's end.
 func (d *dir) finished() bool { return d.eof && d.end == d.off && d.inPipe == 0 }
@@ -62,7 +52,7 @@ func (d *dir) release(l *loop) {
 		l.putBuf(d.buf)
 	}
 	if d.hasPipe {
-		l.putPipe(d.pipe, d.inPipe)
+		l.pipes.Put(d.pipe, d.inPipe)
 	}
 	*d = dir{}
 }
@@ -112,7 +102,7 @@ func (c *evConn) pump(d, other *dir, src, dst int, srcR, dstW *bool, srcHup bool
 			if !*dstW {
 				return 0
 			}
-			n, e := nbsys.Splice(d.pipe.r, dst, d.inPipe, spliceFlags)
+			n, e := nbsys.Splice(d.pipe.R, dst, d.inPipe, spliceFlags)
 			if e != 0 {
 				if e == unix.EAGAIN {
 					*dstW = false
@@ -128,7 +118,7 @@ func (c *evConn) pump(d, other *dir, src, dst int, srcR, dstW *bool, srcHup bool
 			*mine += uint64(n)
 			c.last = l.now
 			if d.inPipe == 0 {
-				l.putPipe(d.pipe, 0)
+				l.pipes.Put(d.pipe, 0)
 				d.hasPipe = false
 			}
 		case d.end > d.off:
@@ -190,18 +180,18 @@ func (c *evConn) pump(d, other *dir, src, dst int, srcR, dstW *bool, srcHup bool
 			return 0
 		case d.spliced:
 			if !d.hasPipe {
-				p, e := l.getPipe()
+				p, e := l.pipes.Get()
 				if e != 0 {
 					d.spliced = false // out of descriptors: copy instead
 					continue
 				}
 				d.pipe, d.hasPipe = p, true
 			}
-			n, e := nbsys.Splice(src, d.pipe.w, pipeSize, spliceFlags)
+			n, e := nbsys.Splice(src, d.pipe.W, pipeSize, spliceFlags)
 			if e != 0 {
 				if e == unix.EAGAIN {
 					*srcR = false
-					l.putPipe(d.pipe, 0)
+					l.pipes.Put(d.pipe, 0)
 					d.hasPipe = false
 					return 0
 				}
@@ -212,7 +202,7 @@ func (c *evConn) pump(d, other *dir, src, dst int, srcR, dstW *bool, srcHup bool
 			}
 			if n == 0 {
 				d.eof = true
-				l.putPipe(d.pipe, 0)
+				l.pipes.Put(d.pipe, 0)
 				d.hasPipe = false
 				continue
 			}
@@ -328,58 +318,4 @@ func (d *dir) readAhead(l *loop, src int, srcR *bool, srcHup bool) unix.Errno {
 		return e
 	}
 	return 0
-}
-
-// pipe is a pipe of a loop's, for splicing.
-type pipe struct{ r, w int }
-
-func (p pipe) close() {
-	nbsys.Close(p.r)
-	nbsys.Close(p.w)
-}
-
-// getPipe returns an idle pipe of the loop's, or a new one if the
-// engine has room for it (pipeRoom); EMFILE otherwise, as when the
-// process is out of descriptors, and the caller copies instead.
-func (l *loop) getPipe() (pipe, unix.Errno) {
-	if n := len(l.pipes); n > 0 {
-		p := l.pipes[n-1]
-		l.pipes = l.pipes[:n-1]
-		l.pipesTaken++
-		l.pipesHeld++
-		return p, 0
-	}
-	if !l.e.pipeRoom() {
-		return pipe{}, unix.EMFILE
-	}
-	var fds [2]int
-	if err := unix.Pipe2(fds[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
-		return pipe{}, err.(unix.Errno)
-	}
-	l.e.pipes.Add(1)
-	// F_SETPIPE_SZ fails past pipe-max-size or the user's pipe quota
-	// (fcntl(2)); the pipe then keeps the size it has.
-	unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, pipeSize)
-	l.pipesTaken++
-	l.pipesHeld++
-	return pipe{fds[0], fds[1]}, 0
-}
-
-// putPipe keeps p for reuse if it is empty (n bytes in it) and the loop
-// has room, and closes it otherwise: bytes left in a pipe belong to a
-// relay that ended and must not reach the next one.
-func (l *loop) putPipe(p pipe, n int) {
-	l.pipesHeld--
-	if n != 0 || len(l.pipes) >= maxIdlePipes {
-		l.closePipe(p)
-		return
-	}
-	l.pipes = append(l.pipes, p)
-}
-
-// closePipe closes p, giving its descriptors back to the engine's room
-// for pipes.
-func (l *loop) closePipe(p pipe) {
-	p.close()
-	l.e.pipes.Add(-1)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 
+	"github.com/zeroio/zeroio/internal/evloop"
 	"github.com/zeroio/zeroio/internal/nbsys"
 	"github.com/zeroio/zeroio/internal/proxyproto"
 	"golang.org/x/sys/unix"
@@ -64,7 +65,7 @@ func (c *evConn) readProxy() {
 		if c.rt == nil { // a front's client: the hello chooses the route
 			l := c.lp
 			c.state = stHello
-			l.wheel.arm(c, after(l.now, c.cfg.PeekTimeout), l.now)
+			l.wheel.arm(c, evloop.After(l.now, c.cfg.PeekTimeout), l.now)
 			c.readHello()
 			return
 		}

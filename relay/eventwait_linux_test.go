@@ -48,8 +48,7 @@ func TestLoopsBringTheirOwnPs(t *testing.T) {
 		all, none = true, true
 		for _, lp := range s.eng.(*eventEngine).started() {
 			lp.call(func() {
-				lp.holdChecked = lp.now - holdCheck // look again now
-				if lp.mayHold() {
+				if lp.p.CheckHold(lp.now) { // looking again now
 					none = false
 				} else {
 					all = false
