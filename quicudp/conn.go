@@ -6,6 +6,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/quic-go/quic-go"
 	"github.com/zeroio/zeroio/udp"
 	"golang.org/x/net/ipv4"
 )
@@ -20,6 +21,11 @@ type Conn struct {
 	lastAP   netip.AddrPort
 	lastAddr *net.UDPAddr
 }
+
+// quic-go reads in batches, with ECN and packet information, only from a
+// connection with the methods of a *net.UDPConn (OOBCapablePacketConn);
+// it then uses the connection's own ReadBatch where it has one.
+var _ quic.OOBCapablePacketConn = (*Conn)(nil)
 
 // New wraps c for quic-go.
 func New(c *udp.Conn) *Conn { return &Conn{Conn: c} }
