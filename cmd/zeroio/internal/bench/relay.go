@@ -451,7 +451,8 @@ func init() {
 		Available: func() string { return needTools("iperf3") }, Notes: peerNotes("haproxy", "socat")})
 	register(Suite{Group: "relay", Name: "RelayIdle", Cases: relayIdleCases, Metric: "KiB/conn", AlsoChart: []string{"pipes"},
 		Available: func() string { return needTools() }, Notes: peerNotes("haproxy")})
-	register(Suite{Group: "relay-udp", Name: "RelayUDP", Cases: relayUDPCases, Metric: "p50-µs", AlsoChart: []string{"cpu-ns/dgram"},
+	register(Suite{Group: "relay-udp", Name: "RelayUDP", Cases: relayUDPCases, Metric: "p50-µs",
+		AlsoChart: []string{"p99-µs", "delivered/s", "cpu-ns/dgram", "KiB/session"},
 		Available: func() string { return needTools() }, Notes: relayUDPNotes})
 	register(Suite{Group: "relay", Name: "RelayLatency", Cases: relayLatencyCases, Metric: "p50-µs", AlsoChart: []string{"p99-µs"},
 		Available: func() string { return needTools() }, Notes: relayLatencyNotes})
