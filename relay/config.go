@@ -118,12 +118,15 @@ type Route struct {
 	// Allow is empty.
 	Allow, Deny []netip.Prefix
 	// SendProxy writes a PROXY protocol header of this version (1 or 2)
-	// to Target before any data; 0 sends none.
+	// to Target before any data; 0 sends none. A UDP route sends v2
+	// only, at the start of every datagram (v1 has no datagram form).
 	SendProxy int
 	// AcceptProxy requires a PROXY protocol header (v1 or v2) from each
 	// client, read within ProxyHeaderTimeout; the client address it names
 	// is then the one used by access lists, limits, logs and SendProxy.
 	// If TrustedProxies is not empty, only peers inside it may connect.
+	// On a UDP route every datagram must start with a v2 header; one
+	// without is dropped and counted, and replies go to the proxy.
 	AcceptProxy        bool
 	TrustedProxies     []netip.Prefix
 	ProxyHeaderTimeout time.Duration
@@ -321,8 +324,8 @@ func (r *Route) validate() error {
 	if r.SendProxy < 0 || r.SendProxy > 2 {
 		bad("PROXY protocol version %d: want 1 or 2", r.SendProxy)
 	}
-	if r.Listen.Datagram() && (r.AcceptProxy || r.SendProxy != 0) {
-		bad("PROXY protocol is for stream routes")
+	if r.Listen.Datagram() && r.SendProxy == 1 {
+		bad("PROXY protocol v1 has no datagram form: a UDP route sends v2 (send_proxy: 2)")
 	}
 	if r.MaxConns < 0 || r.MaxConnsPerClient < 0 || r.MaxSessions < 0 {
 		bad("negative connection or session limit")

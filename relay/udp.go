@@ -40,7 +40,8 @@ type udpRoute struct {
 	ids      quicIDs // QUIC connection IDs that lead to sessions
 	closed   bool
 
-	sockLog pauseLog // session sockets that would not open (sockFailed)
+	sockLog  pauseLog // session sockets that would not open (sockFailed)
+	proxyLog pauseLog // datagrams dropped for their PROXY header (proxyFailed)
 }
 
 // udpSock is one of a route's listening sockets, with its reader's state.
@@ -239,16 +240,24 @@ func (u *udpRoute) relayBatch(ln *udp.Conn, msgs []udp.Message, sc *readScratch)
 	st := &u.rt.st
 	now := time.Now().UnixNano()
 	r := u.rt.cfg.Load()
-	sc.sess = sc.sess[:0]
+	sc.sess, sc.skip = sc.sess[:0], sc.skip[:0]
 	for i := range msgs {
 		m := &msgs[i]
 		var s *session
-		if m.Truncated {
+		skip := 0
+		switch {
+		case m.Truncated:
 			st.udpDropTruncated.Add(1)
-		} else if s = u.session(r, ln, m, now, 1); s != nil && s.quic != nil {
-			s.noteClientID(m.Buf[:m.N])
+		case r.AcceptProxy:
+			s, skip = u.proxied(r, ln, m, now)
+		default:
+			a := arrived(m, nil, 0)
+			s = u.session(r, ln, &a, now, 1)
 		}
-		sc.sess = append(sc.sess, s)
+		if s != nil && s.quic != nil {
+			s.noteClientID(m.Buf[skip:m.N])
+		}
+		sc.sess, sc.skip = append(sc.sess, s), append(sc.skip, skip)
 	}
 	for i, s := range sc.sess {
 		if s == nil {
@@ -256,9 +265,12 @@ func (u *udpRoute) relayBatch(ln *udp.Conn, msgs []udp.Message, sc *readScratch)
 		}
 		for j := i; j < len(sc.sess); j++ {
 			if sc.sess[j] == s {
-				sc.out = append(sc.out, udp.Message{Buf: msgs[j].Buf[:msgs[j].N]})
+				sc.out = append(sc.out, udp.Message{Buf: msgs[j].Buf[sc.skip[j]:msgs[j].N]})
 				sc.sess[j] = nil
 			}
+		}
+		if p := s.peer.Load(); p.proxy != nil {
+			sc.prefix(p.proxy)
 		}
 		u.forward(r, s, sc.out)
 		clear(sc.out)
@@ -267,11 +279,34 @@ func (u *udpRoute) relayBatch(ln *udp.Conn, msgs []udp.Message, sc *readScratch)
 	clear(sc.sess)
 }
 
-// readScratch is a reader's per-batch scratch: each datagram's session,
-// and the datagrams of one session.
+// readScratch is a reader's per-batch scratch: each datagram's session
+// and where its payload starts (after a PROXY header), the datagrams of
+// one session, and the buffer they are copied into when each must start
+// with a PROXY header.
 type readScratch struct {
 	sess []*session
+	skip []int
 	out  []udp.Message
+	pbuf []byte
+}
+
+// prefix puts hdr in front of each datagram of sc.out, copying them one
+// after another into sc.pbuf, so that a run of equal sizes still leaves
+// as one GSO send from one buffer.
+func (sc *readScratch) prefix(hdr []byte) {
+	n := 0
+	for _, m := range sc.out {
+		n += len(hdr) + len(m.Buf)
+	}
+	if cap(sc.pbuf) < n {
+		sc.pbuf = make([]byte, n)
+	}
+	b := sc.pbuf[:0]
+	for i, m := range sc.out {
+		start := len(b)
+		b = append(append(b, hdr...), m.Buf...)
+		sc.out[i].Buf = b[start:len(b):len(b)]
+	}
 }
 
 // forward sends msgs, the client's datagrams that a batch found s for, to
@@ -304,9 +339,8 @@ func (u *udpRoute) forward(r *Route, s *session, msgs []udp.Message) {
 		// its socket, so session opens a new one (unless the route is
 		// closing), and the datagrams go on as if they had come a moment
 		// later.
-		p := s.peer.Load()
-		m := udp.Message{Addr: p.client, Local: p.local, IfIndex: p.ifidx}
-		s2 := u.session(r, s.ln.Load(), &m, time.Now().UnixNano(), uint64(len(msgs)-sent))
+		a := arrival{peer: *s.peer.Load()}
+		s2 := u.session(r, s.ln.Load(), &a, time.Now().UnixNano(), uint64(len(msgs)-sent))
 		if s2 == nil { // dropped, and counted by session under its reason
 			st.udpPacketsUp.Add(uint64(sent))
 			return

@@ -3,6 +3,7 @@ package relay
 import (
 	"sync/atomic"
 
+	"github.com/zeroio/zeroio/internal/proxyproto"
 	"github.com/zeroio/zeroio/internal/quichello"
 	"github.com/zeroio/zeroio/udp"
 )
@@ -63,17 +64,17 @@ type quicSession struct {
 // openedQUIC, with u.mu held, makes s, a session just opened for the
 // datagram m, follow its QUIC connection if m is a client's Initial, or
 // if m went to s's target by the server ID in its connection ID cid.
-func (u *udpRoute) openedQUIC(s *session, m *udp.Message, cid []byte) {
+func (u *udpRoute) openedQUIC(s *session, b []byte, cid []byte) {
 	if cid != nil {
 		s.quic = &quicSession{}
 		s.quic.idLen.Store(int32(len(cid)))
 		u.addID(s, connIDOf(cid))
 		return
 	}
-	if m.Buf == nil || m.N == 0 || m.Buf[0]&0xc0 != 0xc0 {
+	if len(b) == 0 || b[0]&0xc0 != 0xc0 {
 		return
 	}
-	h, err := quichello.ParseLong(m.Buf[:m.N])
+	h, err := quichello.ParseLong(b)
 	if err != nil || h.Type != quichello.TypeInitial || len(h.DstConnID) < 8 {
 		return
 	}
@@ -191,13 +192,13 @@ func (u *udpRoute) forgetIDs(s *session) {
 }
 
 // follow, with u.mu held, returns the session whose QUIC connection the
-// datagram m from an address without a session belongs to, moved to that
+// datagram a from an address without a session belongs to, moved to that
 // address and marked used at now; nil if it belongs to none.
-func (u *udpRoute) follow(m *udp.Message, now int64) *session {
-	if len(u.ids.m) == 0 || m.Buf == nil || m.N == 0 {
+func (u *udpRoute) follow(a *arrival, now int64) *session {
+	b := a.payload
+	if len(u.ids.m) == 0 || len(b) == 0 {
 		return nil
 	}
-	b := m.Buf[:m.N]
 	if b[0]&0x40 == 0 { // QUIC's fixed bit (RFC 9000, 17)
 		return nil
 	}
@@ -225,7 +226,11 @@ func (u *udpRoute) follow(m *udp.Message, now int64) *session {
 	if k := from.key(); u.sessions[k] == s {
 		delete(u.sessions, k)
 	}
-	to := &peer{client: m.Addr, local: m.Local, ifidx: m.IfIndex}
+	to := new(peer)
+	*to = a.peer
+	if from.proxy != nil {
+		to.proxy = proxyproto.AppendV2(nil, proxyproto.Datagram, to.who(), dest(s.ln.Load(), to))
+	}
 	s.peer.Store(to)
 	u.sessions[to.key()] = s
 	s.touch(now)

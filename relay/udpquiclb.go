@@ -5,7 +5,6 @@ import (
 
 	"github.com/zeroio/zeroio/internal/quichello"
 	"github.com/zeroio/zeroio/internal/quiclb"
-	"github.com/zeroio/zeroio/udp"
 )
 
 // QUICLB is how the targets of a UDP route put a server ID in the QUIC
@@ -81,13 +80,12 @@ func (r *Route) targetList() []Target {
 }
 
 // serverFor returns the index in ts of the target whose server ID the
-// QUIC datagram m is addressed to, and the connection ID that carries
+// QUIC datagram b is addressed to, and the connection ID that carries
 // it; -1 if m carries none the route knows.
-func serverFor(q *QUICLB, ts *targetSet, m *udp.Message) (int, []byte) {
-	if q == nil || m.Buf == nil || m.N < 1 {
+func serverFor(q *QUICLB, ts *targetSet, b []byte) (int, []byte) {
+	if q == nil || len(b) == 0 {
 		return -1, nil
 	}
-	b := m.Buf[:m.N]
 	var dcid []byte
 	switch {
 	case b[0]&0xc0 == 0x40: // a short header: the ID follows the first octet

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zeroio/zeroio/internal/proxyproto"
 	"github.com/zeroio/zeroio/pool"
 	"github.com/zeroio/zeroio/udp"
 )
@@ -33,6 +34,7 @@ const (
 type sessionKey struct {
 	client netip.AddrPort
 	local  netip.Addr
+	origin netip.AddrPort // on an accept_proxy route, the client its PROXY header names
 }
 
 // session is one client's flow. Its goroutine reads the target's replies;
@@ -52,12 +54,23 @@ type session struct {
 // peer is where a session's client is: its address, and the local address
 // (and interface) it sent to, which replies leave from.
 type peer struct {
-	client netip.AddrPort
+	client netip.AddrPort // where replies go: the client, or the proxy in front of it
 	local  netip.Addr
 	ifidx  int
+	origin netip.AddrPort // the client a PROXY header named (accept_proxy)
+	odest  netip.AddrPort // and the address that client sent to
+	proxy  []byte         // the PROXY v2 header each datagram to the target starts with (send_proxy)
 }
 
-func (p *peer) key() sessionKey { return sessionKey{p.client, p.local} }
+func (p *peer) key() sessionKey { return sessionKey{p.client, p.local, p.origin} }
+
+// who is the client: the one a PROXY header named, or the sender.
+func (p *peer) who() netip.AddrPort {
+	if p.origin.IsValid() {
+		return p.origin
+	}
+	return p.client
+}
 
 // client is the session's client address now.
 func (s *session) client() netip.AddrPort { return s.peer.Load().client }
@@ -71,15 +84,47 @@ func (u *udpRoute) unlink(s *session) {
 	u.forgetIDs(s)
 }
 
+// arrival is a client datagram as sessions see it: where it came from,
+// and its payload (after any PROXY header; nil when not at hand).
+type arrival struct {
+	peer
+	payload []byte
+}
+
+// arrived describes m, read from a route's socket, whose payload starts
+// at skip (after a PROXY header naming origin).
+func arrived(m *udp.Message, h *proxyproto.Header, skip int) arrival {
+	a := arrival{peer{client: m.Addr, local: m.Local, ifidx: m.IfIndex}, m.Buf[skip:m.N]}
+	if h != nil {
+		a.origin, a.odest = h.Source, h.Destination
+	}
+	return a
+}
+
+// dest is the address the client of p sent to, as a PROXY header names
+// it: the one a header it came with named, or the local address of the
+// route's socket ln it reached (with packet info, the host's address it
+// used).
+func dest(ln *udp.Conn, p *peer) netip.AddrPort {
+	if p.odest.IsValid() {
+		return p.odest
+	}
+	la := ln.LocalAddr().(*net.UDPAddr).AddrPort()
+	if p.local.IsValid() {
+		return netip.AddrPortFrom(p.local, la.Port())
+	}
+	return la
+}
+
 // session returns the client's session, marked used at now, creating it if
 // there is room and the access lists admit the client. nil means the n
 // datagrams it was looked up for are dropped; session counts them.
-func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n uint64) *session {
-	key := sessionKey{m.Addr, m.Local}
+func (u *udpRoute) session(r *Route, ln *udp.Conn, a *arrival, now int64, n uint64) *session {
+	key := a.key()
 	u.mu.Lock()
 	s, drop := u.lookup(key, r, now)
 	if s == nil {
-		s = u.follow(m, now)
+		s = u.follow(a, now)
 	}
 	u.mu.Unlock()
 	if s != nil {
@@ -90,7 +135,8 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 		return nil
 	}
 	st := &u.rt.st
-	if !allowed(r.Allow, r.Deny, m.Addr.Addr()) {
+	client := a.who()
+	if !allowed(r.Allow, r.Deny, client.Addr()) {
 		st.denied.Add(n)
 		return nil
 	}
@@ -110,7 +156,7 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 	var up *udp.Conn
 	var rc syscall.RawConn
 	ts := u.rt.targets()
-	pinned, cid := serverFor(r.QUICLB, ts, m)
+	pinned, cid := serverFor(r.QUICLB, ts, a.payload)
 	for up == nil {
 		var tg *udpTarget
 		for tg == nil {
@@ -119,7 +165,7 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 				if b = ts.bs[pinned]; b.isDown(&now) {
 					continue
 				}
-			} else if b = u.rt.targets().pick(m.Addr.Addr(), &tried); b == nil {
+			} else if b = u.rt.targets().pick(client.Addr(), &tried); b == nil {
 				st.udpDropWrite.Add(n)
 				return nil
 			}
@@ -133,7 +179,7 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 				// The relay's own lack of descriptors or memory: no
 				// other target would do better, and none is to blame.
 				st.udpDropWrite.Add(n)
-				u.sockFailed(m.Addr, err)
+				u.sockFailed(client, err)
 				return nil
 			}
 			// connect(2) refused the target's address itself: no
@@ -158,14 +204,18 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 	other, drop := u.lookup(key, r, now)
 	if other == nil && drop == nil {
 		s = &session{u: u, b: b, up: up, rc: rc}
-		s.peer.Store(&peer{client: m.Addr, local: m.Local, ifidx: m.IfIndex})
+		p := a.peer
+		if r.SendProxy == 2 {
+			p.proxy = proxyproto.AppendV2(nil, proxyproto.Datagram, client, dest(ln, &a.peer))
+		}
+		s.peer.Store(&p)
 		s.ln.Store(ln)
 		s.last.Store(now)
 		u.sessions[key] = s
 		if pinned < 0 || b != ts.bs[pinned] {
 			cid = nil
 		}
-		u.openedQUIC(s, m, cid)
+		u.openedQUIC(s, a.payload, cid)
 	}
 	u.mu.Unlock()
 	if s == nil {
@@ -180,7 +230,7 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, m *udp.Message, now int64, n 
 	b.connStart()
 	st.udpSessions.Add(1)
 	st.udpSessionsTotal.Add(1)
-	u.rt.srv.log.Debug("UDP session", "route", u.rt.name, "client", m.Addr)
+	u.rt.srv.log.Debug("UDP session", "route", u.rt.name, "client", client)
 	u.rt.srv.serveWG.Add(1)
 	go s.run(r.SessionTimeout)
 	return s

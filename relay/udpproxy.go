@@ -1,0 +1,69 @@
+package relay
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+
+	"github.com/zeroio/zeroio/internal/proxyproto"
+	"github.com/zeroio/zeroio/udp"
+)
+
+// A UDP route carries the PROXY protocol per datagram: each datagram
+// from a proxy in front (AcceptProxy) starts with a v2 header whose
+// transport is DGRAM, naming the client it relays, and with SendProxy 2
+// each datagram to the target starts with one naming the client (the
+// spec's section 2.2: a v2 header may precede each datagram; v1 has no
+// datagram form). The session is then the proxy's flow and the client's:
+// replies go to the proxy, while access lists, balancing, logs and the
+// header sent on name the client.
+
+// proxied finds the session for m, a datagram from a proxy in front, and
+// where its payload starts after the PROXY header; nil when m is dropped
+// (the sender is not a trusted proxy, or its header is not a valid v2
+// one), and counted.
+func (u *udpRoute) proxied(r *Route, ln *udp.Conn, m *udp.Message, now int64) (*session, int) {
+	st := &u.rt.st
+	if len(r.TrustedProxies) > 0 && !contains(r.TrustedProxies, m.Addr.Addr()) {
+		st.denied.Add(1)
+		return nil, 0
+	}
+	h, n, err := proxyproto.Parse(m.Buf[:m.N])
+	if err == nil && h.Version != 2 {
+		err = errUDPProxyV1
+	}
+	if err != nil {
+		st.errProxy.Add(1)
+		u.proxyFailed(m.Addr, err)
+		return nil, 0
+	}
+	// A LOCAL header, or one without addresses, leaves the sender as
+	// the client.
+	var hp *proxyproto.Header
+	if h.Command == proxyproto.Proxy && h.Source.IsValid() {
+		hp = &h
+	}
+	a := arrived(m, hp, n)
+	return u.session(r, ln, &a, now, 1), n
+}
+
+var errUDPProxyV1 = proxyError("a PROXY v1 header on a datagram: v1 has no datagram form")
+
+type proxyError string
+
+func (e proxyError) Error() string { return string(e) }
+
+// proxyFailed logs a datagram dropped for its PROXY header, paced as
+// sockFailed is: a line per datagram would be a line per packet of a
+// misconfigured sender.
+func (u *udpRoute) proxyFailed(from netip.AddrPort, err error) {
+	log := u.rt.srv.log
+	switch begins, n := u.proxyLog.note(); {
+	case begins:
+		log.Warn("UDP datagram without a valid PROXY header dropped", "route", u.rt.name, "from", from, "err", err)
+	case n > 0:
+		log.Warn("UDP datagrams without a valid PROXY header still dropped", "route", u.rt.name, "dropped", n, "err", err)
+	case log.Enabled(context.Background(), slog.LevelDebug):
+		log.Debug("UDP datagram without a valid PROXY header dropped", "route", u.rt.name, "from", from, "err", err)
+	}
+}
