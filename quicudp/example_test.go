@@ -12,8 +12,9 @@ import (
 )
 
 // A quic-go server on a zeroio socket, reading with GRO, whose connection
-// IDs carry server ID 0x07 for a load balancer in front (zeroio relay
-// with server_id: "07" on this target, for one) to route by.
+// IDs carry server ID 0x07 for a load balancer in front to route by (a
+// zeroio relay UDP route whose QUIC-LB configuration gives this target
+// ID 07, for one).
 func Example() {
 	c, err := udp.Listen("udp", "127.0.0.1:0", nil)
 	if err != nil {
