@@ -19,7 +19,7 @@ func TestSteer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeAll(first)
-	if err := enableReusePort(first[0]); err != nil {
+	if err := reusePort(listenerControl(first[0])); err != nil {
 		t.Fatal(err)
 	}
 	more, err := listenStreamAt(r, first[0].Addr().String(), 2, true)
@@ -28,7 +28,7 @@ func TestSteer(t *testing.T) {
 	}
 	defer closeAll(more)
 	lns := append(first, more...)
-	if err := steer(lns[0], 1); errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EPERM) {
+	if err := steer(listenerControl(lns[0]), 0, 1); errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EPERM) {
 		t.Skipf("SO_ATTACH_REUSEPORT_CBPF refused by this kernel or its sandbox: %v", err)
 	} else if err != nil {
 		t.Fatalf("steer: %v", err)
@@ -93,7 +93,7 @@ func testRetire(t *testing.T) {
 	// migrate handshakes, tcp_migrate_req), a reload keeps them open;
 	// this test retires them anyway, and dials again only once they
 	// have closed.
-	steer(f.lns[0], 1)
+	steer(listenerControl(f.lns[0]), 0, 1)
 	f.retire(gone)
 	f.lns = f.lns[:1]
 	s.mu.Unlock()

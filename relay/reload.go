@@ -112,7 +112,7 @@ func (p *plan) resize(f *front, r *Route) error {
 		// SO_REUSEPORT group, which a socket opened alone joins once
 		// the option is set on it (Linux).
 		for _, ln := range f.lns {
-			if err := enableReusePort(ln); err != nil {
+			if err := reusePort(listenerControl(ln)); err != nil {
 				return err
 			}
 		}
@@ -167,7 +167,7 @@ func (p *plan) listen(r *Route, groups map[string][]Route) ([]net.Listener, erro
 			continue
 		}
 		for _, ln := range f.lns {
-			if enableReusePort(ln) != nil {
+			if reusePort(listenerControl(ln)) != nil {
 				return nil, err
 			}
 		}
@@ -263,7 +263,7 @@ func (p *plan) commit(cfg Config) []handoff {
 			queue = append(queue, f.flushRetiring()...)
 			n := len(f.lns)
 			f.lns = append(f.lns, more...)
-			steer(f.lns[0], len(f.lns))
+			steer(listenerControl(f.lns[0]), 0, len(f.lns))
 			f.serve(n)
 		default:
 			if m, ok := p.shrink[f]; ok {
@@ -272,7 +272,7 @@ func (p *plan) commit(cfg Config) []handoff {
 				// away first, or the kernel migrates them
 				// (tcp_migrate_req). Failing both, the surplus sockets
 				// stay: a reload loses no client.
-				if err := steer(f.lns[0], m); err != nil && !migrateReq() {
+				if err := steer(listenerControl(f.lns[0]), 0, m); err != nil && !migrateReq() {
 					s.log.Warn("workers lowered, but the surplus sockets stay open until the address changes: closing them would reset clients connecting", "listen", f.lns[0].Addr().String(), "sockets", len(f.lns), "workers", m, "err", err)
 				} else {
 					f.retire(f.lns[m:])

@@ -60,7 +60,7 @@ func (p *plan) prepareUDP(cfg Config) error {
 		p.undo = append(p.undo, func() {
 			unhash := false
 			for _, o := range shared {
-				if sameGroup(o.udp, rt.udp) && steerUDP(o.udp.lns[0], 0, len(o.udp.lns)) == nil {
+				if sameGroup(o.udp, rt.udp) && steer(o.udp.lns[0], 0, len(o.udp.lns)) == nil {
 					settleSteering()
 				} else {
 					unhash = true
@@ -117,7 +117,7 @@ func (p *plan) growUDP(rt *route, r *Route) error {
 	switch {
 	case r.Workers > n:
 		for _, ln := range u.lns {
-			if err := reusePortUDP(ln); err != nil {
+			if err := reusePort(ln); err != nil {
 				return err
 			}
 		}
@@ -177,7 +177,7 @@ func (p *plan) openUDP(rt *route, kept map[string]bool) (shared []*route, err er
 	if reusePortSupported() == nil {
 		for _, o := range olds {
 			for _, ln := range o.udp.lns {
-				if reusePortUDP(ln) != nil {
+				if reusePort(ln) != nil {
 					return nil, err
 				}
 			}
@@ -240,7 +240,7 @@ func (rt *route) handOver(next *route) {
 	steered := false
 	switch {
 	case nu == nil:
-	case sameGroup(u, nu) && steerUDP(u.lns[0], len(u.lns), len(nu.lns)) == nil:
+	case sameGroup(u, nu) && steer(u.lns[0], len(u.lns), len(nu.lns)) == nil:
 		steered = true
 		// Each of rt's sockets that closes moves the group's last
 		// socket into its place (socket(7)), and the program's
@@ -273,7 +273,7 @@ func (rt *route) handOver(next *route) {
 	rt.stop()
 	if steered {
 		// rt's sockets left the group, and next's took their places.
-		steerUDP(nu.lns[0], 0, len(nu.lns))
+		steer(nu.lns[0], 0, len(nu.lns))
 	}
 }
 

@@ -372,7 +372,7 @@ func (u *udpRoute) forward(r *Route, s *session, msgs []udp.Message) {
 func (u *udpRoute) grow(more []*udpSock) {
 	u.serve(more)
 	u.lns = append(u.lns, more...)
-	if err := steerUDP(u.lns[0], 0, len(u.lns)); err != nil {
+	if err := steer(u.lns[0], 0, len(u.lns)); err != nil {
 		u.rt.srv.log.Debug("UDP sockets not steered; the kernel's hash spreads clients", "route", u.rt.name, "err", err)
 	}
 }
@@ -385,7 +385,7 @@ func (u *udpRoute) grow(more []*udpSock) {
 // sockets stay open, since closing them would drop what arrives on them
 // meanwhile; shrink reports whether it closed them.
 func (u *udpRoute) shrink(m int) bool {
-	if err := steerUDP(u.lns[0], 0, m); err != nil {
+	if err := steer(u.lns[0], 0, m); err != nil {
 		u.rt.srv.log.Warn("workers lowered, but the surplus UDP sockets stay open until the address changes: closing them would drop datagrams", "route", u.rt.name, "sockets", len(u.lns), "workers", m, "err", err)
 		return false
 	}
