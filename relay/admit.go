@@ -3,6 +3,7 @@ package relay
 import (
 	"errors"
 	"log/slog"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -44,19 +45,58 @@ func (rt *route) unadmit() {
 	rt.srv.slotFreed()
 }
 
+// admit takes a slot under the global and per-route limits.
+func (rt *route) admit(r *Route) bool {
+	s := rt.srv
+	n := s.active.Add(1)
+	m := rt.active.Add(1)
+	if lim := s.limit(); (lim > 0 && n > lim) || (r.MaxConns > 0 && m > int64(r.MaxConns)) {
+		s.active.Add(-1)
+		rt.active.Add(-1)
+		return false
+	}
+	return true
+}
+
+// releaseSlots gives back a connection's slots under the global and
+// route limits (waking accept loops paused there) and, if perClient,
+// ip's under the per-client limit.
+func (rt *route) releaseSlots(perClient bool, ip netip.Addr) {
+	rt.unadmit()
+	if perClient {
+		rt.clientMu.Lock()
+		if rt.clients[ip]--; rt.clients[ip] <= 0 {
+			delete(rt.clients, ip)
+		}
+		rt.clientMu.Unlock()
+	}
+}
+
+// takeClient takes a slot for ip under r's per-client limit, if r has
+// one. It reports whether ip may connect, and whether a slot was taken.
+func (rt *route) takeClient(r *Route, ip netip.Addr) (ok, took bool) {
+	if r.MaxConnsPerClient <= 0 || !ip.IsValid() {
+		return true, false
+	}
+	rt.clientMu.Lock()
+	defer rt.clientMu.Unlock()
+	if rt.clients[ip] >= r.MaxConnsPerClient {
+		return false, false
+	}
+	rt.clients[ip]++
+	return true, true
+}
+
 // waitRoom waits while accepting on f would go over a limit: the
 // server's, and the route's when f has a single route (with several,
-// the route is known only after the hello: waitAdmit waits for it). It
+// the route is known only after the hello: waitTake waits for it). It
 // returns false when f stops first. A route replaced by a reload wakes
 // it to look again.
 func (f *front) waitRoom() bool {
 	s := f.srv
 	for {
-		var rt *route
-		if t := f.table.Load(); !t.needsHello() {
-			rt = t.only()
-		}
-		if !s.atLimit(rt) {
+		rt, ok := f.room()
+		if ok {
 			return true
 		}
 		var rdone <-chan struct{}
@@ -67,6 +107,17 @@ func (f *front) waitRoom() bool {
 			return false
 		}
 	}
+}
+
+// room reports whether f may accept a client now, and the route whose
+// limit applies: f's only route, or nil when a hello chooses the route
+// (then only the server's limit applies until it has).
+func (f *front) room() (*route, bool) {
+	var rt *route
+	if t := f.table.Load(); !t.needsHello() {
+		rt = t.only()
+	}
+	return rt, !f.srv.atLimit(rt)
 }
 
 // pause waits, once the limits are still full, for a slot to free, done
@@ -113,20 +164,6 @@ func (s *Server) atLimit(rt *route) bool {
 	return rlim > 0 && rt.active.Load()+rt.parked.Load() >= rlim
 }
 
-// waitAdmit takes a slot for a connection accepted when there seemed to
-// be room (another listener may have taken it meanwhile), or whose route
-// was chosen after its hello, waiting while the limits are full: the
-// client waits rather than being dropped. It returns false, holding
-// nothing, when the route stops first.
-func (rt *route) waitAdmit() bool {
-	for !rt.admit(rt.cfg.Load()) {
-		if !rt.srv.pause(rt, rt.done, nil) {
-			return false
-		}
-	}
-	return true
-}
-
 // A client of a front whose routes its ClientHello tells apart holds a
 // slot under the server's limit (and so its descriptor budget) from its
 // accept: a client that stalls in its hello holds a descriptor as much
@@ -158,18 +195,6 @@ func (rt *route) admitHeld(r *Route) bool {
 	if m := rt.active.Add(1); r.MaxConns > 0 && m > int64(r.MaxConns) {
 		rt.active.Add(-1)
 		return false
-	}
-	return true
-}
-
-// waitAdmitHeld is waitAdmit for a client holding a server slot: it
-// waits while rt is full. It returns false when rt stops first; the
-// server slot is still held then.
-func (rt *route) waitAdmitHeld() bool {
-	for !rt.admitHeld(rt.cfg.Load()) {
-		if !rt.srv.pause(rt, rt.done, nil) {
-			return false
-		}
 	}
 	return true
 }

@@ -42,8 +42,9 @@ func (e endReason) String() string {
 // logEnd writes the line for one finished connection, as HAProxy's
 // tcplog: client, route, target, bytes each way (up is client to
 // target), duration and why it ended, at the Config's ConnLog level.
-// b is nil when no target was reached.
-func (rt *route) logEnd(client netip.AddrPort, b *backend, up, down uint64, start time.Time, why endReason) {
+// b is nil when no target was reached; dur is how long the connection
+// lasted, in nanoseconds.
+func (rt *route) logEnd(client netip.AddrPort, b *backend, up, down uint64, dur int64, why endReason) {
 	if !rt.srv.connLogOn() {
 		return
 	}
@@ -58,7 +59,7 @@ func (rt *route) logEnd(client netip.AddrPort, b *backend, up, down uint64, star
 	log.LogAttrs(ctx, lvl, "connection",
 		slog.String("client", c), slog.String("route", rt.name), slog.String("target", t),
 		slog.Uint64("bytes_up", up), slog.Uint64("bytes_down", down),
-		slog.Duration("duration", time.Since(start)), slog.String("end", why.String()))
+		slog.Duration("duration", time.Duration(dur)), slog.String("end", why.String()))
 }
 
 // badProxy logs a client's bad PROXY header, on the route or listen

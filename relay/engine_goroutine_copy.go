@@ -12,19 +12,20 @@ import (
 // direction copying with package splice, and the idle timeout.
 
 // relay copies both directions until both end, then closes both sides.
-func (p *pair) relay() {
+// It returns the error that ended the relay (stream.end): nil when both
+// sides closed.
+func (p *pair) relay() error {
 	rt := p.rt
-	p.last.Store(time.Now().UnixNano())
+	p.last.Store(mono())
 	if idle := p.cfg.IdleTimeout; idle > 0 {
 		p.mu.Lock()
 		p.timer = time.AfterFunc(idle, p.checkIdle)
 		p.mu.Unlock()
 	}
 	done := make(chan struct{})
-	go func() { p.half(p.target, p.client, &rt.st.bytesUp, &p.up, endClientClosed); close(done) }()
-	p.half(p.client, p.target, &rt.st.bytesDown, &p.down, endTargetClosed)
+	go func() { p.half(p.target, p.client, &rt.st.bytesUp, &p.upN, endClientClosed); close(done) }()
+	p.half(p.client, p.target, &rt.st.bytesDown, &p.downN, endTargetClosed)
 	<-done
-	p.b.connEnd(p.up, p.down)
 	p.mu.Lock()
 	if p.timer != nil {
 		p.timer.Stop()
@@ -34,22 +35,7 @@ func (p *pair) relay() {
 	p.mu.Unlock()
 	p.client.Close()
 	p.target.Close()
-	end := p.endFirst
-	switch why {
-	case nil:
-	case errShutdown:
-		end = endShutdown
-	case errIdle:
-		rt.st.idleTimeouts.Add(1)
-		end = endIdle
-		rt.srv.log.Debug("idle timeout", "route", rt.name, "client", p.clientIP)
-	default:
-		rt.st.errCopy.Add(1)
-		end = endReset
-		rt.srv.log.Debug("relay ended with error", "route", rt.name, "client", p.clientIP, "err", why)
-	}
-	rt.st.relayed.Add(1)
-	rt.logEnd(p.src, p.b, p.up, p.down, p.start, end)
+	return why
 }
 
 // half copies src to dst. At EOF it shuts down writing on dst, passing
@@ -58,7 +44,7 @@ func (p *pair) relay() {
 // A failed write to dst is left to the other direction to end (below).
 func (p *pair) half(dst, src net.Conn, count *atomic.Uint64, mine *uint64, eof endReason) {
 	_, err := copyStream(dst, src, func(n int64) {
-		p.last.Store(time.Now().UnixNano())
+		p.last.Store(mono())
 		count.Add(uint64(n))
 		*mine += uint64(n)
 	})
@@ -137,15 +123,14 @@ func (p *pair) isAborted() bool {
 // checkIdle runs on the idle timer: it aborts the pair if nothing moved for
 // IdleTimeout, or re-arms for the time left.
 func (p *pair) checkIdle() {
-	idle := p.cfg.IdleTimeout
-	since := time.Duration(time.Now().UnixNano() - p.last.Load())
-	if since >= idle {
+	left := idleLeft(p.cfg.IdleTimeout, p.last.Load(), mono())
+	if left <= 0 {
 		p.abort(errIdle)
 		return
 	}
 	p.mu.Lock()
 	if !p.aborted {
-		p.timer.Reset(idle - since)
+		p.timer.Reset(time.Duration(left))
 	}
 	p.mu.Unlock()
 }

@@ -1,12 +1,8 @@
 package relay
 
 import (
-	"context"
 	"errors"
-	"log/slog"
-	"net"
 	"net/netip"
-	"time"
 
 	"github.com/zeroio/zeroio/internal/evloop"
 	"github.com/zeroio/zeroio/internal/nbsys"
@@ -31,6 +27,7 @@ const (
 // a direction each way, and its timer. It lives in its loop's slab and is
 // touched only by that loop.
 type evConn struct {
+	stream
 	lp  *loop
 	idx int32
 	// cseq and tseq are the registrations of the client and target
@@ -39,9 +36,6 @@ type evConn struct {
 	// the connection (connRef).
 	cseq, tseq uint32
 	state      uint8
-	perClient  bool // took a slot under MaxConnsPerClient
-	peekSlot   bool // holds a server slot for its hello (admitPeek)
-	dstKnown   bool // dst came from a PROXY header
 	// Readiness of each socket as edge-triggered epoll reported it,
 	// cleared when a call would block.
 	cR, cW, tR, tW bool
@@ -49,39 +43,22 @@ type evConn struct {
 	// no longer means that the socket is drained (see pump).
 	cHup, tHup bool
 
-	rt       *route // nil until a route took the client (and its slots)
-	cfg      *Route // rt's settings, or the front's until then
-	front    *front // for a client whose route its hello chooses
 	want     *route // the route whose slot it waits for (stSlot)
 	table    *routeTable
 	cfd, tfd int
-	src, dst netip.AddrPort // the client, and the address it reached
 
 	up, down dir // client to target, target to client
 	tm       evloop.Timer
 	last     int64 // the loop's time when a byte last moved
-	start    int64 // the loop's time when accepted
 
-	// The dial: the route's targets, those tried, the one dialled (and,
-	// once connected, relayed to), how many more may be tried, and when
-	// the whole dial must be done (0: no bound).
-	ts         *targetSet
-	b          *backend
-	tried      triedSet
-	left       int
-	deadline   int64
-	sa         *sockaddr.Addr // the address dialled
-	ai         uint8          // the next of the target name's other addresses to try
-	fdWait     int64          // waitFD's last wait
-	upN, downN uint64         // bytes each way, for the target's counters and the log
-	endFirst   endReason      // which side's EOF came first
-	endWhy     endReason      // set when the end is known before the relay: no target, a reset
+	// The dial: its plan, and the attempt under way (stream.b its
+	// target).
+	plan dialPlan
+	sa   *sockaddr.Addr // the address dialled
+	ai   uint8          // the next of the target name's other addresses to try
 
 	hdr [108]byte // room for an outgoing PROXY header (v1's longest)
 }
-
-// errQuiet ends a connection whose end the caller counted already.
-var errQuiet = errors.New("relay: closed, counted")
 
 // accepted starts serving fd, a client of f (the caller took its connWG
 // count): at once under the only route of a front that needs no hello,
@@ -116,9 +93,8 @@ func (l *loop) accepted(f *front, fd int, peer netip.AddrPort, wait bool) {
 		c.finish(errQuiet)
 		return
 	}
-	if r.AcceptProxy {
-		if len(r.TrustedProxies) > 0 && (!peer.IsValid() || !contains(r.TrustedProxies, peer.Addr())) {
-			f.st.untrusted.Add(1)
+	if c.needsProxy() {
+		if !c.proxyPeer() {
 			c.finish(errQuiet)
 			return
 		}
@@ -143,7 +119,7 @@ func (c *evConn) readHello() {
 	for {
 		if d.end > d.off {
 			if err := tlshello.Parse(d.buf[d.off:d.end], &l.hello); err != tlshello.ErrNeedMore {
-				c.chose(err)
+				c.helloRead(err)
 				return
 			}
 		}
@@ -155,7 +131,7 @@ func (c *evConn) readHello() {
 		}
 		space := d.buf[d.end : len(d.buf)-proxyReserve]
 		if len(space) == 0 {
-			c.chose(tlshello.ErrTooLarge)
+			c.helloRead(tlshello.ErrTooLarge)
 			return
 		}
 		n, e := nbsys.Read(c.cfd, space)
@@ -174,7 +150,7 @@ func (c *evConn) readHello() {
 			if d.end > d.off {
 				why = helloMalformed // ended inside a hello
 			}
-			c.front.reject(why, c.netAddr(), nil)
+			c.helloFailed(why, nil)
 			c.finish(errQuiet)
 			return
 		}
@@ -182,26 +158,16 @@ func (c *evConn) readHello() {
 	}
 }
 
-// chose takes what Parse said of the hello to the route, and admits the
-// client there: its limits, then policy and the dial.
-func (c *evConn) chose(err error) {
-	l := c.lp
-	rt, why := c.table.choose(&l.hello, err)
+// helloRead takes what Parse said of the hello to the route
+// (stream.chose), and admits the client there: its limits, then policy
+// and the dial.
+func (c *evConn) helloRead(err error) {
+	rt := c.chose(c.table, &c.lp.hello, err)
 	if rt == nil {
-		c.front.reject(why, c.netAddr(), &l.hello)
 		c.finish(errQuiet)
 		return
 	}
-	rt.st.accepted.Add(1)
-	c.take(rt, true)
-}
-
-// netAddr is the client's address for the front's log lines.
-func (c *evConn) netAddr() net.Addr {
-	if c.src.IsValid() {
-		return net.TCPAddrFromAddrPort(c.src)
-	}
-	return &net.UnixAddr{Net: "unix"}
+	c.takeOrPark(rt, true)
 }
 
 // admit starts relaying fd, a client of rt accepted by l (or handed
@@ -216,22 +182,16 @@ func (l *loop) admit(rt *route, fd int, peer netip.AddrPort, wait bool) {
 		c.finish(errQuiet)
 		return
 	}
-	c.take(rt, wait)
+	c.takeOrPark(rt, wait)
 }
 
-// take admits c under rt's limits or, with wait, parks it until a slot
-// frees (or rt stops), as the goroutine engine's waitAdmit does.
-func (c *evConn) take(rt *route, wait bool) {
+// takeOrPark admits c under rt's limits (stream.take) or, with wait,
+// parks it until a slot frees (or rt stops), as the goroutine engine's
+// waitTake waits.
+func (c *evConn) takeOrPark(rt *route, wait bool) {
 	c.unpark()
-	var ok bool
-	if c.peekSlot { // the route takes over the hello's server slot
-		ok = rt.admitHeld(rt.cfg.Load())
-	} else {
-		ok = rt.admit(rt.cfg.Load())
-	}
-	if ok {
-		c.peekSlot = false
-		c.admitted(rt)
+	if c.take(rt) {
+		c.admitted()
 		return
 	}
 	select {
@@ -283,19 +243,17 @@ func (c *evConn) unpark() {
 	c.lp.full.Add(-1)
 }
 
-// admitted starts serving c under rt, which gave it a slot: the PROXY
-// header (unless the front read it already), then policy and the dial.
-func (c *evConn) admitted(rt *route) {
-	l, r := c.lp, rt.cfg.Load()
-	c.rt, c.cfg, c.want = rt, r, nil
+// admitted starts serving c under the route that gave it a slot: the
+// PROXY header (unless the front read it already), then policy and the
+// dial.
+func (c *evConn) admitted() {
+	l, r := c.lp, c.cfg
+	c.want = nil
 	if r.Listen.Network != "unix" {
 		setSocketOptions(c.cfd, r, false)
 	}
-	if r.AcceptProxy && c.front == nil {
-		peer := c.src
-		if len(r.TrustedProxies) > 0 && (!peer.IsValid() || !contains(r.TrustedProxies, peer.Addr())) {
-			rt.st.denied.Add(1)
-			c.debug("untrusted PROXY peer")
+	if c.needsProxy() {
+		if !c.proxyPeer() {
 			c.finish(errQuiet)
 			return
 		}
@@ -313,27 +271,12 @@ func (c *evConn) admitted(rt *route) {
 // policy applies the access lists and the per-client limit to the client
 // (the PROXY header's, if any), then dials.
 func (c *evConn) policy() {
-	rt, r := c.rt, c.cfg
-	if !allowed(r.Allow, r.Deny, c.src.Addr()) {
-		rt.st.denied.Add(1)
-		c.debug("client denied")
-		c.finish(errQuiet)
-		return
-	}
-	ok, took := rt.takeClient(r, c.src.Addr())
-	c.perClient = took
-	if !ok {
-		rt.st.overLimit.Add(1)
-		c.debug("client over its connection limit")
+	if !c.admitClient() {
 		c.finish(errQuiet)
 		return
 	}
 	l := c.lp
-	c.ts = rt.targets()
-	c.left = c.ts.npos
-	if r.DialTimeout > 0 {
-		c.deadline = evloop.After(l.now, r.DialTimeout)
-	}
+	c.plan.start(c.rt, c.cfg, c.src.Addr(), l.now)
 	if e := c.up.readAhead(l, c.cfd, &c.cR, c.cHup); e != 0 {
 		// The client reset before the dial: no target is dialled for
 		// it. It counts as a copy error, not as a relay (none reached
@@ -343,7 +286,7 @@ func (c *evConn) policy() {
 		c.finish(e)
 		return
 	}
-	c.dialNext(errNoTarget)
+	c.dialNext()
 }
 
 // event handles an epoll event on one of c's sockets.
@@ -418,20 +361,20 @@ func (c *evConn) expired() {
 	l := c.lp
 	switch c.state {
 	case stProxy:
-		c.proxyFailed(errProxyTimeout)
+		c.proxyError(errProxyTimeout)
 	case stHello:
-		c.front.reject(helloTimeout, c.netAddr(), nil)
+		c.helloFailed(helloTimeout, nil)
 		c.finish(errQuiet)
 	case stResolve, stDialing:
 		c.attemptFailed(unix.ETIMEDOUT)
 	case stNoFD:
-		if c.deadline != 0 {
-			l.wheel.arm(c, l.now+(c.deadline-l.now)/int64(c.left+1), l.now)
+		if end := c.plan.share(l.now); end != 0 {
+			l.wheel.arm(c, end, l.now)
 		}
 		c.connectTo(c.sa)
 	case stRelay:
 		idle := c.cfg.IdleTimeout
-		if since := l.now - c.last; since < int64(idle) {
+		if idleLeft(idle, c.last, l.now) > 0 {
 			l.wheel.arm(c, evloop.After(c.last, idle), l.now)
 			return
 		}
@@ -442,9 +385,10 @@ func (c *evConn) expired() {
 var errProxyTimeout = errors.New("PROXY header not received in time")
 
 // finish closes c's sockets and gives back everything it held; why says
-// how the relay ended, for the counters.
+// how the relay ended (stream.end).
 func (c *evConn) finish(why error) {
-	l, rt := c.lp, c.rt
+	l := c.lp
+	srv := l.e.s
 	l.wheel.disarm(c)
 	c.unpark()
 	if c.cfd >= 0 {
@@ -455,69 +399,12 @@ func (c *evConn) finish(why error) {
 	}
 	c.up.release(l)
 	c.down.release(l)
-	if rt == nil { // turned away before a route took it
-		if c.peekSlot {
-			l.e.s.unpeek()
-			l.freed = true
-		}
-		*c = evConn{lp: l, idx: c.idx, cfd: -1, tfd: -1}
-		l.freeConn(c)
-		l.e.s.connWG.Done()
-		return
+	c.plan.abandon() // a dial in progress, if any
+	c.end(why, l.now)
+	if c.release() {
+		l.freed = true
 	}
-	end := c.endFirst
-	switch why {
-	case nil, errQuiet:
-	case errShutdown:
-		end = endShutdown
-	case errIdle:
-		rt.st.idleTimeouts.Add(1)
-		end = endIdle
-		c.debug("idle timeout")
-	default:
-		rt.st.errCopy.Add(1)
-		end = endReset
-		if rt.srv.log.Enabled(context.Background(), slog.LevelDebug) {
-			rt.srv.log.Debug("relay ended with error", "route", rt.name, "client", c.src.Addr(), "err", why)
-		}
-	}
-	if c.endWhy != 0 {
-		end = c.endWhy
-	}
-	if c.state != stRelay && c.b != nil { // a dial in progress (dialNext)
-		c.b.dialing.Add(-1)
-	}
-	if c.state == stRelay {
-		rt.st.relayed.Add(1)
-		c.b.connEnd(c.upN, c.downN)
-		c.logEnd(end)
-	} else if c.endWhy != 0 {
-		c.b = nil
-		c.logEnd(end)
-	}
-	rt.releaseSlots(c.perClient, c.src.Addr())
-	l.freed = true
 	*c = evConn{lp: l, idx: c.idx, cfd: -1, tfd: -1}
 	l.freeConn(c)
-	rt.srv.connWG.Done()
-}
-
-// logEnd writes the connection's line (route.logEnd), if its level is
-// enabled.
-func (c *evConn) logEnd(end endReason) {
-	rt := c.rt
-	if !rt.srv.connLogOn() {
-		return
-	}
-	start := time.Now().Add(-time.Duration(c.lp.now - c.start))
-	rt.logEnd(c.src, c.b, c.upN, c.downN, start, end)
-}
-
-// debug logs msg at debug level with c's route and client, if enabled:
-// building the attributes would allocate on every connection.
-func (c *evConn) debug(msg string) {
-	log := c.rt.srv.log
-	if log.Enabled(context.Background(), slog.LevelDebug) {
-		log.Debug(msg, "route", c.rt.name, "client", c.src)
-	}
+	srv.connWG.Done()
 }

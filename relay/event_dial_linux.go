@@ -1,8 +1,6 @@
 package relay
 
 import (
-	"time"
-
 	"github.com/zeroio/zeroio/internal/evloop"
 	"github.com/zeroio/zeroio/internal/nbsys"
 	"github.com/zeroio/zeroio/internal/sockaddr"
@@ -12,29 +10,22 @@ import (
 // The event engine's dial: a connection's attempts at its route's
 // targets, each a non-blocking connect(2) under the connection's timer.
 
-// dialNext dials the next target the route's policy picks, as dialTarget
-// does for the goroutine engine: each attempt may take the time left
-// divided by the targets left to try, and a failed one marks its target
-// down and moves on, until one connects or none is left (then lastErr
-// ends the connection).
-func (c *evConn) dialNext(lastErr error) {
+// dialNext dials the next target of c's dialPlan, as dialTarget does for
+// the goroutine engine, under a timer for the time the plan gives it;
+// with none left, no target answered.
+func (c *evConn) dialNext() {
 	l := c.lp
-	var b *backend
-	if c.left > 0 && (c.deadline == 0 || c.deadline > l.now) {
-		b = c.ts.pick(c.src.Addr(), &c.tried)
-	}
+	b, end := c.plan.next(l.now)
 	if b == nil {
-		c.noTarget(lastErr)
+		c.noneAnswered()
 		return
 	}
-	if c.deadline != 0 {
-		l.wheel.arm(c, l.now+(c.deadline-l.now)/int64(c.left), l.now)
+	if end != 0 {
+		l.wheel.arm(c, end, l.now)
 	} else {
 		l.wheel.disarm(c)
 	}
-	c.left--
 	c.b = b
-	b.dialing.Add(1) // until connected, attemptFailed or finish
 	c.ai = 0
 	c.state = stResolve
 	sa, err, pending := l.resolve(b.addr, c)
@@ -91,7 +82,6 @@ func (c *evConn) connectTo(sa *sockaddr.Addr) {
 	// then the loop may have accepted the connection and dialled again.
 	c.sa = sa
 	if c.selfDial() {
-		c.b.loops.Store(true)
 		c.attemptFailed(errLoop)
 		return
 	}
@@ -108,19 +98,20 @@ func (c *evConn) connectTo(sa *sockaddr.Addr) {
 
 // waitFD waits for a descriptor to dial sa with, as the goroutine
 // engine's dialOne does: out of descriptors or memory is no fault of the
-// target, which is not marked down. It tries again after 5 ms, doubling
-// to 100 ms, as long as the dial's deadline allows, and then ends the
-// client.
+// target, which is not marked down. It tries again as dialPlan.waitFD
+// says, and when the dial's time is up ends the client.
 func (c *evConn) waitFD(sa *sockaddr.Addr, e unix.Errno) {
 	l := c.lp
-	c.fdWait = min(max(2*c.fdWait, int64(5*time.Millisecond)), int64(100*time.Millisecond))
-	if c.deadline != 0 && l.now+c.fdWait > c.deadline {
+	wait, ok := c.plan.waitFD(l.now)
+	if !ok {
 		c.rt.srv.log.Debug("no descriptor to dial with", "route", c.rt.name, "target", c.b.addr.String(), "err", e)
-		c.noTarget(e)
+		c.plan.abandon()
+		c.b = nil
+		c.noneAnswered()
 		return
 	}
 	c.sa, c.state = sa, stNoFD
-	l.wheel.arm(c, l.now+c.fdWait, l.now)
+	l.wheel.arm(c, l.now+wait, l.now)
 }
 
 // attemptFailed closes the socket of a failed or timed-out dial, marks
@@ -135,11 +126,9 @@ func (c *evConn) attemptFailed(err error) {
 		c.connectTo(sa)
 		return
 	}
-	c.b.dialing.Add(-1)
-	c.b.dialFailed(err)
-	c.rt.srv.log.Debug("dial failed; trying another target", "route", c.rt.name, "target", c.b.addr.String(), "err", err)
+	c.plan.failed(err)
 	c.b = nil
-	c.dialNext(err)
+	c.dialNext()
 }
 
 // nextAddr returns the next address of the target's name to connect to
@@ -151,22 +140,20 @@ func (c *evConn) nextAddr(err error) *sockaddr.Addr {
 	if err == errLoop || r == nil || r.pending || int(c.ai) >= len(r.more) {
 		return nil
 	}
-	if c.deadline != 0 {
-		if c.deadline <= l.now {
-			return nil
-		}
-		l.wheel.arm(c, l.now+(c.deadline-l.now)/int64(c.left+1), l.now)
+	if !c.plan.timeLeft(l.now) {
+		return nil
+	}
+	if end := c.plan.share(l.now); end != 0 {
+		l.wheel.arm(c, end, l.now)
 	}
 	sa := &r.more[c.ai]
 	c.ai++
 	return sa
 }
 
-// noTarget ends a connection that no target answered.
-func (c *evConn) noTarget(err error) {
-	rt := c.rt
-	rt.st.errDial.Add(1)
-	c.endWhy = endNoTarget
+// noneAnswered ends a connection that no target answered.
+func (c *evConn) noneAnswered() {
+	c.noTarget()
 	c.finish(errQuiet)
 }
 
@@ -207,9 +194,7 @@ func (c *evConn) selfDial() bool {
 // and whatever the client sent meanwhile go out at once.
 func (c *evConn) connected() {
 	l := c.lp
-	c.b.dialOK()
-	c.b.connStart()
-	c.b.dialing.Add(-1)
+	c.relayTo(c.plan.connected())
 	c.state = stRelay
 	c.last = l.now
 	if idle := c.cfg.IdleTimeout; idle > 0 {

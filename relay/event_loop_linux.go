@@ -291,7 +291,7 @@ func (l *loop) retryParked() {
 		}
 		if rt := c.want; slices.Contains(full, rt) {
 			l.parked = append(l.parked, p)
-		} else if c.take(rt, true); c.state == stSlot && c.want == rt {
+		} else if c.takeOrPark(rt, true); c.state == stSlot && c.want == rt {
 			full = append(full, rt)
 		}
 	}

@@ -31,7 +31,7 @@ func (c *evConn) readProxy() {
 	for {
 		space := d.buf[d.end : min(len(d.buf), bufSize)-proxyReserve]
 		if len(space) == 0 {
-			c.proxyFailed(errHeaderTooLong)
+			c.proxyError(errHeaderTooLong)
 			return
 		}
 		n, e := nbsys.Read(c.cfd, space)
@@ -42,10 +42,10 @@ func (c *evConn) readProxy() {
 		case e == unix.EINTR:
 			continue
 		case e != 0:
-			c.proxyFailed(e)
+			c.proxyError(e)
 			return
 		case n == 0:
-			c.proxyFailed(io.ErrUnexpectedEOF)
+			c.proxyError(io.ErrUnexpectedEOF)
 			return
 		}
 		d.end += n
@@ -54,14 +54,11 @@ func (c *evConn) readProxy() {
 			continue
 		}
 		if err != nil {
-			c.proxyFailed(err)
+			c.proxyError(err)
 			return
 		}
 		d.off = hn
-		if h.Command == proxyproto.Proxy && h.Source.IsValid() {
-			c.src, c.dst = unmapHeader(h.Source, h.Destination)
-			c.dstKnown = true
-		}
+		c.gotProxy(&h)
 		if c.rt == nil { // a front's client: the hello chooses the route
 			l := c.lp
 			c.state = stHello
@@ -76,14 +73,10 @@ func (c *evConn) readProxy() {
 
 var errHeaderTooLong = errors.New("PROXY header longer than the buffer")
 
-func (c *evConn) proxyFailed(err error) {
-	if rt := c.rt; rt != nil {
-		rt.st.errProxy.Add(1)
-		rt.srv.badProxy(&rt.proxyLog, "route", rt.name, c.src, err)
-	} else {
-		c.front.st.proxyErrors.Add(1)
-		c.front.srv.badProxy(&c.front.proxyLog, "listen", c.cfg.Listen.String(), c.src, err)
-	}
+// proxyError ends a client whose PROXY header could not be read
+// (stream.proxyFailed).
+func (c *evConn) proxyError(err error) {
+	c.proxyFailed(err)
 	c.finish(errQuiet)
 }
 

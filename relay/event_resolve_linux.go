@@ -71,7 +71,7 @@ func (l *loop) resolve(a Addr, c *evConn) (sa *sockaddr.Addr, err error, pending
 	}
 	r.pending, r.err = true, nil
 	r.waiters = append(r.waiters[:0], connRef{c.idx, c.cseq})
-	timeout := c.cfg.DialTimeout
+	timeout := c.plan.lookupTimeout(l.now)
 	go func() {
 		sa, more, err := lookup(a, timeout)
 		l.post(func() { l.resolved(a, sa, more, err) })
@@ -123,7 +123,7 @@ func literalSockaddr(a Addr) (sockaddr.Addr, bool) {
 // maxAddrs bounds the addresses of one name a connection tries.
 const maxAddrs = 8
 
-// lookup resolves a host:port target to its addresses, IPv4 first for
+// lookup resolves, within timeout (0: none), a host:port target to its addresses, IPv4 first for
 // "tcp" (as the goroutine engine's dialer tries IPv4 addresses first on
 // the usual systems): the first, and the others in the resolver's order,
 // which a connection tries in turn when a connect fails, as package net's
@@ -144,8 +144,12 @@ func lookup(a Addr, timeout time.Duration) (sockaddr.Addr, []sockaddr.Addr, erro
 		}
 		port = uint64(p)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
+	ctx := context.Background()
+	if timeout > 0 { // else the dial has no bound (Never)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	nw := "ip"
 	switch a.Network {
 	case "tcp4":

@@ -1,15 +1,12 @@
 package relay
 
 import (
-	"errors"
 	"net"
-	"os"
+	"net/netip"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/zeroio/zeroio/internal/proxyproto"
 	"github.com/zeroio/zeroio/internal/tlshello"
 )
 
@@ -185,7 +182,7 @@ func (t *routeTable) choose(h *tlshello.Info, err error) (*route, int) {
 }
 
 // reject counts a client f closes before choosing a route, and logs it.
-func (f *front) reject(why int, client net.Addr, h *tlshello.Info) {
+func (f *front) reject(why int, client netip.AddrPort, h *tlshello.Info) {
 	var c *atomic.Uint64
 	var msg string
 	switch why {
@@ -201,84 +198,15 @@ func (f *front) reject(why int, client net.Addr, h *tlshello.Info) {
 		return
 	}
 	c.Add(1)
-	args := []any{"listen", f.conf().Listen.String(), "client", client.String()}
+	cs := ""
+	if client.IsValid() {
+		cs = client.String()
+	}
+	args := []any{"listen", f.conf().Listen.String(), "client", cs}
 	if h != nil && why == helloUnmatched {
 		args = append(args, "sni", string(h.ServerName()))
 	}
 	f.srv.log.Debug(msg, args...)
-}
-
-// helloBufs holds the buffers the goroutine engine reads hellos into.
-var helloBufs = sync.Pool{New: func() any { return new([tlshello.DefaultMaxLen]byte) }}
-
-// peeked is what a front read from a client before choosing its route:
-// the PROXY header, if the front takes one, and the bytes to send the
-// target before relaying.
-type peeked struct {
-	proxied bool
-	hdr     proxyproto.Header
-	pre     []byte
-}
-
-// readHello reads, with blocking reads under deadlines, what the front
-// needs to choose c's route: the PROXY header if the front takes one,
-// then the ClientHello, up to its bound and the peek timeout. It returns
-// the route, or nil when it has closed c (and counted why). The bytes it
-// read, the hello and anything after it, are in pk.pre.
-func (f *front) readHello(c net.Conn, t *routeTable, pk *peeked) *route {
-	r := t.routes[0].cfg.Load()
-	if r.AcceptProxy {
-		src := addrPort(c.RemoteAddr())
-		if len(r.TrustedProxies) > 0 && (!src.IsValid() || !contains(r.TrustedProxies, src.Addr())) {
-			f.st.untrusted.Add(1)
-			c.Close()
-			return nil
-		}
-		c.SetReadDeadline(time.Now().Add(r.ProxyHeaderTimeout))
-		h, err := proxyproto.ReadHeader(c)
-		if err != nil {
-			f.st.proxyErrors.Add(1)
-			f.srv.badProxy(&f.proxyLog, "listen", r.Listen.String(), src, err)
-			c.Close()
-			return nil
-		}
-		pk.proxied, pk.hdr = true, h
-	}
-	buf := helloBufs.Get().(*[tlshello.DefaultMaxLen]byte)
-	defer helloBufs.Put(buf)
-	var h tlshello.Info
-	c.SetReadDeadline(time.Now().Add(r.PeekTimeout))
-	n := 0
-	perr := error(tlshello.ErrNeedMore)
-	for perr == tlshello.ErrNeedMore {
-		m, err := c.Read(buf[n:])
-		n += m
-		if m > 0 {
-			perr = tlshello.Parse(buf[:n], &h)
-			continue
-		}
-		if err != nil {
-			why := helloClosed
-			switch {
-			case errors.Is(err, os.ErrDeadlineExceeded):
-				why = helloTimeout
-			case n > 0:
-				why = helloMalformed // ended inside a hello
-			}
-			f.reject(why, c.RemoteAddr(), nil)
-			c.Close()
-			return nil
-		}
-	}
-	c.SetReadDeadline(time.Time{})
-	rt, why := t.choose(&h, perr)
-	if rt == nil {
-		f.reject(why, c.RemoteAddr(), &h)
-		c.Close()
-		return nil
-	}
-	pk.pre = append([]byte(nil), buf[:n]...)
-	return rt
 }
 
 // newFront returns a front for the listeners lns; its table is set by the
