@@ -149,12 +149,12 @@ func (s *Server) pause(rt *route, done, rdone <-chan struct{}) bool {
 }
 
 // atLimit reports whether a new stream would go over the server's limit
-// or, if rt is not nil, rt's. Clients handed between event loops count
-// against the server's: each holds a descriptor already. So do the
-// clients an event loop parked to wait for a slot, against the limits
-// they wait under: a slot that frees is theirs, not a new client's.
+// or, if rt is not nil, rt's. Clients accepted and waiting for a slot
+// (Server.pending, load.parked) count against the limits they wait
+// under: each holds a descriptor already, and a slot that frees is
+// theirs, not a new client's.
 func (s *Server) atLimit(rt *route) bool {
-	if lim := s.limit(); lim > 0 && s.active.Load()+s.eng.handedOver()+s.parked.Load() >= lim {
+	if lim := s.limit(); lim > 0 && s.active.Load()+s.pending.Load() >= lim {
 		return true
 	}
 	if rt == nil {

@@ -22,7 +22,7 @@ func (rt *route) dialTarget(ctx context.Context, r *Route, client netip.Addr) (n
 	p.start(rt, r, client, mono())
 	d := net.Dialer{KeepAlive: -1, Resolver: streamResolver} // no keep-alive unless asked: no setsockopt
 	if r.KeepAlive > 0 {
-		d.KeepAliveConfig = net.KeepAliveConfig{Enable: true, Idle: r.KeepAlive}
+		d.KeepAliveConfig = keepAlive(r)
 	}
 	var lastErr error = errNoTarget
 	for {

@@ -6,10 +6,11 @@ import (
 	"runtime"
 )
 
-// engine moves the bytes of a Server's stream routes. Every engine applies
-// the same route-level policy (admit and release, allowed, the PROXY
-// header in and out, the counters); what differs is how connections wait:
-// goroutines in the netpoller, or event loops of the engine's own.
+// engine moves the bytes of a Server's stream routes. Every engine drives
+// the same lifecycle (stream: admit and release, access lists, the PROXY
+// header in and out, the hello's route choice, the dial plan, the end and
+// its counters); what differs is how connections wait, goroutines in the
+// netpoller or event loops of the engine's own, and how bytes move.
 type engine interface {
 	// adopt takes stream listeners just opened (listenStreamAt) into the
 	// form serve takes; on an error it has closed them.
@@ -24,36 +25,23 @@ type engine interface {
 	// the client with no byte read. It runs on a goroutine counted in the
 	// Server's serveWG, and calls Done on it when it no longer accepts.
 	serve(f *front, ln net.Listener)
-	// handoff relays c, taken from the accept queue of one of f's
+	// serveQueued relays c, taken from the accept queue of one of f's
 	// listeners as it stopped (Update), as if serve had accepted it.
-	handoff(f *front, c net.Conn)
+	serveQueued(f *front, c net.Conn)
 	// abort ends every connection in flight, dials and PROXY header reads
 	// included, with why as the cause. The Server's mu is held.
 	abort(why error)
 	// close releases what the engine holds, after Shutdown saw every
 	// connection end. It may be called more than once.
 	close()
-	// inFlight lists the connections in flight, for tests. The Server's
-	// mu is held.
-	inFlight() []connInfo
-	// holding reports, if the engine keeps them itself (ok), the buffers
-	// and pipes its relays hold now and the pipes they ever took, for
-	// tests.
-	holding() (bufs, pipes, pipesTaken int64, ok bool)
-	// loopLoads reports the connections each event loop serves or is about
-	// to (Stats.Loops), nil for an engine without loops.
-	loopLoads() []int64
-	// handedOver counts the clients accepted and handed to an event
-	// loop that has not admitted them yet: each holds a descriptor, so
-	// atLimit counts them with the active relays.
-	handedOver() int64
 }
 
-// connInfo describes a connection in flight: its sockets (-1 for none
-// yet) and whether the dial to its target is under way.
-type connInfo struct {
-	client, target int
-	dialing        bool
+// loopEngine is an engine that relays from event loops of its own; Stats
+// reports their loads.
+type loopEngine interface {
+	// loopLoads reports the connections each event loop serves or is
+	// about to (Stats.Loops).
+	loopLoads() []int64
 }
 
 // Engine names for [Config].Engine.

@@ -118,8 +118,10 @@ func (e *eventEngine) serve(f *front, ln net.Listener) {
 }
 
 // acceptLoop serves a listener that is not an evListener with package
-// net's Accept, handing each connection to a loop.
+// net's Accept, handing each connection to a loop, through accept errors
+// as the loops do (backoff).
 func (e *eventEngine) acceptLoop(f *front, ln net.Listener) {
+	bo := backoff{listen: ln.Addr().String()}
 	for {
 		c, err := ln.Accept()
 		if err != nil {
@@ -130,19 +132,20 @@ func (e *eventEngine) acceptLoop(f *front, ln net.Listener) {
 			select {
 			case <-f.done:
 				return
-			case <-time.After(5 * time.Millisecond):
+			case <-time.After(bo.failed(f.srv.log, err)):
 			}
 			continue
 		}
+		bo.ok(f.srv.log)
 		e.hand(f, c, false)
 	}
 }
 
-// handoff serves c, taken from the accept queue of a listener of f that a
-// reload closed. It was waiting for a slot there, if at a limit, so it
-// waits for one in its loop as an accepted client does, rather than
-// being closed as over the limit.
-func (e *eventEngine) handoff(f *front, c net.Conn) { e.hand(f, c, true) }
+// serveQueued serves c, taken from the accept queue of a listener of f
+// that a reload closed. It was waiting for a slot there, if at a limit,
+// so it waits for one in its loop as an accepted client does, rather
+// than being closed as over the limit.
+func (e *eventEngine) serveQueued(f *front, c net.Conn) { e.hand(f, c, true) }
 
 // hand moves c's socket out of package net (a duplicate of its
 // descriptor, then c is closed) into the least loaded loop; wait is
@@ -175,7 +178,7 @@ func (e *eventEngine) hand(f *front, c net.Conn, wait bool) {
 	lp := leastLoaded(loops)
 	peer := nbsys.PeerAddr(fd)
 	f.srv.connWG.Add(1) // before Update's serveWG.Done: Shutdown waits for it
-	lp.handOver(f, fd, peer, wait)
+	lp.pass(f, fd, peer, wait)
 }
 
 func (e *eventEngine) abort(why error) {
@@ -202,34 +205,7 @@ func (e *eventEngine) close() {
 	evloop.ReleaseProcs(len(loops))
 }
 
-func (e *eventEngine) inFlight() []connInfo {
-	if e.closed.Load() {
-		return nil
-	}
-	var out []connInfo
-	for _, lp := range e.started() {
-		lp.call(func() {
-			for _, c := range lp.conns {
-				if c.state != stFree {
-					out = append(out, connInfo{client: c.cfd, target: c.tfd, dialing: c.state == stDialing})
-				}
-			}
-		})
-	}
-	return out
-}
-
-// handedOver sums the loops' queued connections. It runs on every accept
-// (atLimit), so it reads e.loops as the loops do, without the mutex: the
-// slice is written once, before any loop or accept loop starts.
-func (e *eventEngine) handedOver() int64 {
-	var n int64
-	for _, lp := range e.loops {
-		n += int64(lp.queued.Load())
-	}
-	return n
-}
-
+// loopLoads reports the connections each loop serves or is about to.
 func (e *eventEngine) loopLoads() []int64 {
 	if e.closed.Load() {
 		return nil
@@ -239,20 +215,6 @@ func (e *eventEngine) loopLoads() []int64 {
 		n = append(n, int64(lp.load()))
 	}
 	return n
-}
-
-func (e *eventEngine) holding() (bufs, pipes, pipesTaken int64, ok bool) {
-	if e.closed.Load() {
-		return 0, 0, 0, true
-	}
-	for _, lp := range e.started() {
-		lp.call(func() {
-			bufs += lp.bufs.Held
-			pipes += lp.pipes.Held
-			pipesTaken += lp.pipes.Taken
-		})
-	}
-	return bufs, pipes, pipesTaken, true
 }
 
 // evListener is a stream listener the event loops accept on: package

@@ -3,7 +3,6 @@ package relay
 import (
 	"errors"
 	"net"
-	"syscall"
 	"time"
 )
 
@@ -23,13 +22,13 @@ func (e *goroutineEngine) adopt(lns []net.Listener) ([]net.Listener, error) { re
 
 func (e *goroutineEngine) serve(f *front, ln net.Listener) { e.acceptLoop(f, ln) }
 
-// handoff serves c, taken from the accept queue of a listener of f that a
+// serveQueued serves c, taken from the accept queue of a listener of f that a
 // reload closed. It was waiting for a slot there, if at a limit, so it
 // waits for one as an accepted client does, rather than being closed as
 // over the limit (for a hello's server slot, until Shutdown, f having
 // stopped): on a goroutine of its own, counted in serveWG as an accept
 // loop is, since the reload does not wait.
-func (e *goroutineEngine) handoff(f *front, c net.Conn) {
+func (e *goroutineEngine) serveQueued(f *front, c net.Conn) {
 	s := f.srv
 	s.serveWG.Add(1)
 	go func() {
@@ -46,40 +45,6 @@ func (e *goroutineEngine) abort(why error) {
 }
 
 func (e *goroutineEngine) close() {}
-
-// inFlight lists the connections in flight; s.mu is held.
-func (e *goroutineEngine) inFlight() []connInfo {
-	var cs []connInfo
-	for p := range e.conns {
-		p.mu.Lock()
-		ci := connInfo{client: fdOf(p.client), target: -1, dialing: p.cancel != nil && p.target == nil}
-		if p.target != nil {
-			ci.target = fdOf(p.target)
-		}
-		p.mu.Unlock()
-		cs = append(cs, ci)
-	}
-	return cs
-}
-
-// holding is not known here: the copies' pipes and buffers are package
-// splice's (splice.ReadStats).
-func (e *goroutineEngine) holding() (bufs, pipes, pipesTaken int64, ok bool) { return 0, 0, 0, false }
-
-func (e *goroutineEngine) loopLoads() []int64 { return nil }
-
-func (e *goroutineEngine) handedOver() int64 { return 0 }
-
-// fdOf returns c's descriptor, or -1.
-func fdOf(c net.Conn) int {
-	fd := -1
-	if sc, ok := c.(syscall.Conn); ok {
-		if rc, err := sc.SyscallConn(); err == nil {
-			rc.Control(func(f uintptr) { fd = int(f) })
-		}
-	}
-	return fd
-}
 
 // acceptLoop serves one listener until it is closed.
 func (e *goroutineEngine) acceptLoop(f *front, ln net.Listener) {

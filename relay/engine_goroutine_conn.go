@@ -100,7 +100,7 @@ func (p *pair) connect() (why error, ok bool) {
 // then applies the access lists and the per-client limit. On false the
 // caller closes the client.
 func (p *pair) policy() bool {
-	setKeepAlive(p.client, p.cfg.KeepAlive)
+	setKeepAlive(p.client, p.cfg)
 	if p.needsProxy() {
 		if !p.proxyPeer() {
 			return false
@@ -166,13 +166,8 @@ func (p *pair) prelude(t net.Conn) error {
 		setNoDelay(t, false)
 	}
 	if r.SendProxy != 0 {
-		var hdr []byte
-		if r.SendProxy == 1 {
-			hdr = proxyproto.AppendV1(make([]byte, 0, 108), p.src, p.dst)
-		} else {
-			hdr = proxyproto.AppendV2(make([]byte, 0, 52), proxyproto.Stream, p.src, p.dst)
-		}
-		if _, err := t.Write(hdr); err != nil {
+		var buf [maxProxyHeader]byte
+		if _, err := t.Write(p.appendProxyHeader(buf[:0])); err != nil {
 			return err
 		}
 	}

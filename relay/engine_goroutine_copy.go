@@ -135,13 +135,12 @@ func (p *pair) checkIdle() {
 	p.mu.Unlock()
 }
 
-// setKeepAlive turns keep-alive on for an accepted connection when the
-// route asks for it (a positive period), as the dial does on the target
-// side; otherwise the socket is left as accepted, without keep-alive (the
+// setKeepAlive sets r's keepAlive on an accepted connection, as the dial
+// does on the target side; without, the socket is left as accepted (the
 // listener's setting), and no system call is made.
-func setKeepAlive(c net.Conn, period time.Duration) {
-	if tc, ok := c.(*net.TCPConn); ok && period > 0 {
-		tc.SetKeepAliveConfig(net.KeepAliveConfig{Enable: true, Idle: period})
+func setKeepAlive(c net.Conn, r *Route) {
+	if tc, ok := c.(*net.TCPConn); ok && r.KeepAlive > 0 {
+		tc.SetKeepAliveConfig(keepAlive(r))
 	}
 }
 

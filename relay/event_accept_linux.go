@@ -84,11 +84,7 @@ func (l *loop) acceptAll(ll *loopListener) {
 	s := l.e.s
 	var raw unix.RawSockaddrAny
 	for range acceptBatch {
-		var rt *route
-		if t := ll.f.table.Load(); !t.needsHello() {
-			rt = t.only()
-		}
-		if s.atLimit(rt) {
+		if rt, room := ll.f.room(); !room {
 			if ll.paused == nil && rt != nil {
 				rt.pausing()
 				ll.paused, ll.pauseAt = rt, l.now
@@ -100,7 +96,7 @@ func (l *loop) acceptAll(ll *loopListener) {
 				// freed before is seen by looking again.
 				ll.full = true
 				l.full.Add(1)
-				if !s.atLimit(rt) {
+				if _, room := ll.f.room(); room {
 					ll.retryAt = l.now
 				}
 			}
@@ -125,7 +121,7 @@ func (l *loop) acceptAll(ll *loopListener) {
 		ll.bo.ok(s.log)
 		s.connWG.Add(1)
 		if to := l.pick(); to != l {
-			to.handOver(ll.f, fd, sockaddr.Parse(&raw), true)
+			to.pass(ll.f, fd, sockaddr.Parse(&raw), true)
 		} else {
 			l.accepted(ll.f, fd, sockaddr.Parse(&raw), true)
 		}

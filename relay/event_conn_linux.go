@@ -57,7 +57,7 @@ type evConn struct {
 	sa   *sockaddr.Addr // the address dialled
 	ai   uint8          // the next of the target name's other addresses to try
 
-	hdr [108]byte // room for an outgoing PROXY header (v1's longest)
+	hdr [maxProxyHeader]byte // room for an outgoing PROXY header
 }
 
 // accepted starts serving fd, a client of f (the caller took its connWG
@@ -220,7 +220,7 @@ func (c *evConn) park(rt *route) {
 	c.want, c.state = rt, stSlot
 	rt.parked.Add(1)
 	if !c.peekSlot { // a client holding a server slot does not wait for one
-		rt.srv.parked.Add(1)
+		rt.srv.pending.Add(1)
 	}
 	if len(l.parked) == 0 {
 		l.parkAt = l.now + pauseRetry
@@ -238,7 +238,7 @@ func (c *evConn) unpark() {
 	c.want = nil
 	rt.parked.Add(-1)
 	if !c.peekSlot {
-		rt.srv.parked.Add(-1)
+		rt.srv.pending.Add(-1)
 	}
 	c.lp.full.Add(-1)
 }

@@ -109,10 +109,12 @@ func newLoop(e *eventEngine, id int) (*loop, error) {
 // post queues f to run on the loop.
 func (l *loop) post(f func()) { l.inbox.Post(f) }
 
-// handOver queues fd, a client of f that another goroutine accepted (and
-// took its connWG count for), for l to serve.
-func (l *loop) handOver(f *front, fd int, peer netip.AddrPort, wait bool) {
+// pass queues fd, a client of f that another goroutine accepted (and
+// took its connWG count for), for l to serve. Until l takes it, it holds
+// a descriptor and no slot: it counts in Server.pending.
+func (l *loop) pass(f *front, fd int, peer netip.AddrPort, wait bool) {
 	l.queued.Add(1)
+	l.e.s.pending.Add(1)
 	if !l.inbox.Put(handedConn{f, fd, peer, wait}) {
 		l.dropHanded(handedConn{f: f, fd: fd})
 	}
@@ -162,6 +164,7 @@ func (l *loop) serveHanded(h handedConn) {
 	// Counted out once admitted (or closed), so that atLimit never
 	// misses it meanwhile.
 	l.queued.Add(-1)
+	l.e.s.pending.Add(-1)
 }
 
 // exit closes what was handed to l and not served: its loop has stopped.
@@ -175,6 +178,7 @@ func (l *loop) exit() {
 func (l *loop) dropHanded(h handedConn) {
 	nbsys.Close(h.fd)
 	l.queued.Add(-1)
+	l.e.s.pending.Add(-1)
 	h.f.srv.connWG.Done()
 }
 

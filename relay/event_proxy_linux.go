@@ -86,12 +86,7 @@ func (c *evConn) queueProxyHeader() {
 	if !c.dstKnown {
 		c.dst = nbsys.LocalAddr(c.cfd)
 	}
-	var h []byte
-	if c.cfg.SendProxy == 1 {
-		h = proxyproto.AppendV1(c.hdr[:0], c.src, c.dst)
-	} else {
-		h = proxyproto.AppendV2(c.hdr[:0], proxyproto.Stream, c.src, c.dst)
-	}
+	h := c.appendProxyHeader(c.hdr[:0])
 	d := &c.up
 	if d.buf == nil {
 		d.buf = c.lp.getBuf()

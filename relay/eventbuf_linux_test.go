@@ -38,8 +38,8 @@ func TestWaitingClientsHoldNoBuffer(t *testing.T) {
 	// Each call runs at the end of a turn of every loop: after the
 	// second, the loops have handled the events their clients'
 	// registrations raised.
-	s.eng.holding()
-	if bufs, _, _, _ := s.eng.holding(); bufs != 0 {
+	testEng(s).holding()
+	if bufs, _, _, _ := testEng(s).holding(); bufs != 0 {
 		t.Errorf("%d clients that sent nothing hold %d buffers", 2*n, bufs)
 	}
 	// The first bytes of a hello need a buffer to wait in.
@@ -49,7 +49,7 @@ func TestWaitingClientsHoldNoBuffer(t *testing.T) {
 		}
 	}
 	waitFor(t, func() bool {
-		bufs, _, _, _ := s.eng.holding()
+		bufs, _, _, _ := testEng(s).holding()
 		return bufs == n
 	})
 }
@@ -90,10 +90,10 @@ func TestPipesWithinDescriptorBudget(t *testing.T) {
 	}
 	// Every relay stalls on its client with bytes in a pipe or a buffer.
 	waitFor(t, func() bool {
-		bufs, pipes, _, _ := s.eng.holding()
+		bufs, pipes, _, _ := testEng(s).holding()
 		return bufs+pipes == n
 	})
-	if _, pipes, _, _ := s.eng.holding(); pipes > room {
+	if _, pipes, _, _ := testEng(s).holding(); pipes > room {
 		t.Errorf("%d relays hold %d pipes, past the budget's room for %d", n, pipes, room)
 	}
 	for i, c := range cs {

@@ -68,7 +68,7 @@ func TestResetWhileDialing(t *testing.T) {
 	waitFor(t, func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		for _, ci := range s.eng.inFlight() {
+		for _, ci := range testEng(s).inFlight() {
 			return ci.dialing
 		}
 		return false

@@ -67,7 +67,7 @@ func TestSlotWaiterKeepsItsEnd(t *testing.T) {
 	}
 	lp := s.eng.(*eventEngine).started()[0]
 	s.connWG.Add(1)
-	lp.handOver(f, fd, peer, true)
+	lp.pass(f, fd, peer, true)
 
 	// It waits for the slot, its end seen.
 	waitFor(t, func() bool {

@@ -96,18 +96,18 @@ func (f *front) serve(from int) {
 // stop closes f's listeners; accept loops exit, relays go on. With drain
 // (a reload) it first takes what they queued, to be handed over once s.mu
 // (held) is free; without (Shutdown) the close resets those.
-func (f *front) stop(drain bool) []handoff {
+func (f *front) stop(drain bool) []queuedConn {
 	select {
 	case <-f.done:
 		return nil
 	default:
 	}
 	close(f.done)
-	var queue []handoff
+	var queue []queuedConn
 	if drain {
 		for _, ln := range f.lns {
 			for _, c := range closeQueued(ln) {
-				queue = append(queue, handoff{f, c})
+				queue = append(queue, queuedConn{f, c})
 			}
 		}
 	} else {
@@ -235,7 +235,7 @@ func (f *front) retire(lns []net.Listener) {
 		s.serveWG.Add(1) // as Update does for what it hands over
 		s.mu.Unlock()
 		for _, h := range q {
-			s.eng.handoff(h.f, h.c)
+			s.eng.serveQueued(h.f, h.c)
 		}
 		s.serveWG.Done()
 	})
@@ -251,12 +251,12 @@ type retiring struct {
 
 // close drains and closes r's sockets, returning what they queued. s.mu
 // is held.
-func (r *retiring) close(f *front) []handoff {
+func (r *retiring) close(f *front) []queuedConn {
 	r.closed = true
-	var q []handoff
+	var q []queuedConn
 	for _, ln := range r.lns {
 		for _, c := range closeQueued(ln) {
-			q = append(q, handoff{f, c})
+			q = append(q, queuedConn{f, c})
 		}
 	}
 	return q
@@ -264,8 +264,8 @@ func (r *retiring) close(f *front) []handoff {
 
 // flushRetiring ends the grace of f's retiring sockets now (a reload adds
 // sockets, which must not be numbered after them). s.mu is held.
-func (f *front) flushRetiring() []handoff {
-	var q []handoff
+func (f *front) flushRetiring() []queuedConn {
+	var q []queuedConn
 	for _, r := range f.retiring {
 		// Whether or not the timer has fired, the sockets are closed
 		// here unless it has closed them: its function may be waiting

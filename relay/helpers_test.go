@@ -303,3 +303,24 @@ func waitClosed(c net.Conn, d time.Duration) bool {
 	var ne net.Error
 	return !(errors.As(err, &ne) && ne.Timeout())
 }
+
+// testEngine is what tests ask of an engine, beside its seam (engine).
+type testEngine interface {
+	// inFlight lists the connections in flight. The Server's mu is
+	// held.
+	inFlight() []connInfo
+	// holding reports, if the engine keeps them itself (ok), the
+	// buffers and pipes its relays hold now and the pipes they ever
+	// took.
+	holding() (bufs, pipes, pipesTaken int64, ok bool)
+}
+
+// testEng returns s's engine as tests see it.
+func testEng(s *Server) testEngine { return s.eng.(testEngine) }
+
+// connInfo describes a connection in flight: its sockets (-1 for none
+// yet) and whether the dial to its target is under way.
+type connInfo struct {
+	client, target int
+	dialing        bool
+}

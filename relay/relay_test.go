@@ -693,9 +693,9 @@ func testIdleHoldsNoPipe(t *testing.T) {
 		}
 		cs = append(cs, c)
 	}
-	if _, _, taken, ok := s.eng.holding(); ok { // the engine's own pipes and buffers
+	if _, _, taken, ok := testEng(s).holding(); ok { // the engine's own pipes and buffers
 		waitFor(t, func() bool {
-			bufs, pipes, _, _ := s.eng.holding()
+			bufs, pipes, _, _ := testEng(s).holding()
 			return bufs == 0 && pipes == 0
 		})
 		if taken == 0 {

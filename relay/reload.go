@@ -33,7 +33,7 @@ type plan struct {
 // whose load the opened ones keep. It returns the connections that were
 // queued on the sockets it closed, to be handed to the engine once s.mu
 // is free.
-func (s *Server) apply(cfg Config, targets map[string]*resolved, carry map[string]*route) ([]handoff, error) {
+func (s *Server) apply(cfg Config, targets map[string]*resolved, carry map[string]*route) ([]queuedConn, error) {
 	p := &plan{
 		s: s, fronts: map[string]*front{}, fresh: map[*front]bool{},
 		grow: map[*front][]net.Listener{}, shrink: map[*front]int{},
@@ -193,7 +193,7 @@ func (f *front) boundPort() int {
 
 // commit makes the prepared plan the running configuration. Nothing in
 // it fails.
-func (p *plan) commit(cfg Config) []handoff {
+func (p *plan) commit(cfg Config) []queuedConn {
 	s := p.s
 	routes := map[string]*route{}
 	for _, r := range cfg.Routes {
@@ -238,7 +238,7 @@ func (p *plan) commit(cfg Config) []handoff {
 			rt.targets().close()
 		}
 	}
-	var queue []handoff
+	var queue []queuedConn
 	byKey := map[string][]*route{}
 	for _, r := range cfg.Routes {
 		if !r.Listen.Datagram() {

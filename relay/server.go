@@ -26,7 +26,10 @@ type Server struct {
 	udpPorts atomic.Pointer[[]netip.AddrPort] // UDP listening sockets, for sendsToSelf
 	maxConns atomic.Int64
 	active   atomic.Int64 // stream relays in progress, all routes
-	parked   atomic.Int64 // clients waiting in an event loop for a server slot (evConn.park)
+	// pending counts clients an engine accepted that hold no slot yet
+	// and wait for one (the event engine's, handed between loops or
+	// parked at a limit): atLimit counts them with the active relays.
+	pending atomic.Int64
 
 	updateMu sync.Mutex // one Update at a time, resolving targets unlocked
 
@@ -151,7 +154,7 @@ func (s *Server) Update(cfg Config) error {
 		s.mu.Unlock()
 		return ErrServerClosed
 	}
-	var drained []handoff
+	var drained []queuedConn
 	if !s.started {
 		s.routes = s.unopened(cfg)
 	} else {
@@ -173,7 +176,7 @@ func (s *Server) Update(cfg Config) error {
 	s.mu.Unlock()
 	if len(drained) > 0 {
 		for _, d := range drained { // the engine takes s.mu
-			s.eng.handoff(d.f, d.c)
+			s.eng.serveQueued(d.f, d.c)
 		}
 		s.serveWG.Done()
 	}
@@ -197,9 +200,9 @@ func (s *Server) unopened(cfg Config) map[string]*route {
 	return m
 }
 
-// handoff is a connection taken from the accept queue of a front's
-// listener as it stopped.
-type handoff struct {
+// queuedConn is a connection taken from the accept queue of a front's
+// listener as it stopped, for the engine's serveQueued.
+type queuedConn struct {
 	f *front
 	c net.Conn
 }
@@ -288,7 +291,7 @@ type route struct {
 // MaxConns and MaxConnsPerClient, and in the route's Stats.
 type load struct {
 	active   atomic.Int64
-	parked   atomic.Int64 // clients waiting in an event loop for a slot (evConn.park)
+	parked   atomic.Int64 // clients accepted and waiting for a slot of the route (evConn.park)
 	clientMu sync.Mutex
 	clients  map[netip.Addr]int
 

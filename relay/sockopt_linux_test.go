@@ -68,7 +68,7 @@ func checkSocketOptions(t *testing.T, s *Server, nodelay, keep, idleSec int) {
 	}
 	s.mu.Lock()
 	var fds []int
-	for _, ci := range s.eng.inFlight() {
+	for _, ci := range testEng(s).inFlight() {
 		fds = append(fds, ci.client, ci.target)
 	}
 	// The sockets stay open while c is: the relay holds them. The options
@@ -133,7 +133,7 @@ func testCloseDuringDial(t *testing.T) {
 	waitFor(t, func() bool { // the pair is about to dial, or dialing
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		for _, ci := range s.eng.inFlight() {
+		for _, ci := range testEng(s).inFlight() {
 			return ci.dialing
 		}
 		return false

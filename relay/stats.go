@@ -91,7 +91,10 @@ type Stats struct {
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := Stats{Active: s.active.Load(), Loops: s.eng.loopLoads()}
+	st := Stats{Active: s.active.Load()}
+	if le, ok := s.eng.(loopEngine); ok {
+		st.Loops = le.loopLoads()
+	}
 	for _, rt := range s.routes {
 		c := &rt.st
 		r := rt.cfg.Load()
