@@ -161,33 +161,8 @@ func (c *evConn) noneAnswered() {
 // own listeners (Server.dialsSelf): the common case, a port no listener
 // has, needs no system call.
 func (c *evConn) selfDial() bool {
-	remote := c.sa.AddrPort()
-	if !remote.IsValid() {
-		return false
-	}
-	ports := c.rt.srv.ports.Load()
-	if ports == nil {
-		return false
-	}
-	hit := false
-	for _, l := range *ports {
-		if l.Port() == remote.Port() {
-			hit = true
-		}
-	}
-	if !hit {
-		return false
-	}
-	local := nbsys.LocalAddr(c.tfd)
-	if local.Addr() != remote.Addr() {
-		return false
-	}
-	for _, l := range *ports {
-		if l.Port() == remote.Port() && (l.Addr().IsUnspecified() || l.Addr() == remote.Addr()) {
-			return true
-		}
-	}
-	return false
+	remote, s := c.sa.AddrPort(), c.rt.srv
+	return s.mayDialSelf(remote) && s.selfDialed(nbsys.LocalAddr(c.tfd), remote)
 }
 
 // connected starts the relay once the target accepted: the PROXY header

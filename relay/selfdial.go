@@ -55,11 +55,31 @@ func reaches(target, listen Addr) bool {
 }
 
 // dialsSelf reports whether c, a connection the relay dialled, arrived at
-// one of the relay's own stream listeners: it connects this host to
-// itself (the two ends share an IP address) on a port one of them
-// listens on.
+// one of the relay's own stream listeners (selfDialed).
 func (s *Server) dialsSelf(c net.Conn) bool {
-	local, remote := addrPort(c.LocalAddr()), addrPort(c.RemoteAddr())
+	return s.selfDialed(addrPort(c.LocalAddr()), addrPort(c.RemoteAddr()))
+}
+
+// mayDialSelf reports whether a dial to remote could reach one of the
+// relay's own stream listeners: one listens on its port. The common
+// case, a port none has, needs no system call to rule out.
+func (s *Server) mayDialSelf(remote netip.AddrPort) bool {
+	if !remote.IsValid() {
+		return false
+	}
+	for _, l := range *s.ports.Load() {
+		if l.Port() == remote.Port() {
+			return true
+		}
+	}
+	return false
+}
+
+// selfDialed reports whether a stream the relay dialled from local to
+// remote arrived at one of its own stream listeners: it connects this
+// host to itself (the two ends share an IP address) on a port one of
+// them listens on.
+func (s *Server) selfDialed(local, remote netip.AddrPort) bool {
 	if !remote.IsValid() || local.Addr() != remote.Addr() {
 		return false
 	}
