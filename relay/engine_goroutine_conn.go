@@ -101,22 +101,30 @@ func (p *pair) connect() (why error, ok bool) {
 // caller closes the client.
 func (p *pair) policy() bool {
 	setKeepAlive(p.client, p.cfg)
-	if p.needsProxy() {
-		if !p.proxyPeer() {
-			return false
-		}
-		p.client.SetReadDeadline(time.Now().Add(p.cfg.ProxyHeaderTimeout))
-		h, err := proxyproto.ReadHeader(p.client)
-		p.client.SetReadDeadline(time.Time{})
-		if err != nil {
-			if !p.isAborted() { // else Close or the shutdown deadline closed the client
-				p.proxyFailed(err)
-			}
-			return false
-		}
-		p.gotProxy(&h)
+	return p.readProxy() && p.admitClient()
+}
+
+// readProxy reads the client's PROXY header, if it is still to be read,
+// with a blocking read under the header timeout. It reports false, the
+// client to be closed, when the header is refused or cannot be read.
+func (p *pair) readProxy() bool {
+	if !p.needsProxy() {
+		return true
 	}
-	return p.admitClient()
+	if !p.proxyPeer() {
+		return false
+	}
+	p.client.SetReadDeadline(time.Now().Add(p.cfg.ProxyHeaderTimeout))
+	h, err := proxyproto.ReadHeader(p.client)
+	p.client.SetReadDeadline(time.Time{})
+	if err != nil {
+		if !p.isAborted() { // else Close or the shutdown deadline closed the client
+			p.proxyFailed(err)
+		}
+		return false
+	}
+	p.gotProxy(&h)
+	return true
 }
 
 // dial connects to one of the route's targets (dialTarget). abort
@@ -191,17 +199,8 @@ var helloBufs = sync.Pool{New: func() any { return new([tlshello.DefaultMaxLen]b
 // it read, the hello and anything after it, are in p.pre.
 func (p *pair) readHello(t *routeTable) *route {
 	c, r := p.client, p.cfg
-	if p.needsProxy() {
-		if !p.proxyPeer() {
-			return nil
-		}
-		c.SetReadDeadline(time.Now().Add(r.ProxyHeaderTimeout))
-		h, err := proxyproto.ReadHeader(c)
-		if err != nil {
-			p.proxyFailed(err)
-			return nil
-		}
-		p.gotProxy(&h)
+	if !p.readProxy() {
+		return nil
 	}
 	buf := helloBufs.Get().(*[tlshello.DefaultMaxLen]byte)
 	defer helloBufs.Put(buf)
