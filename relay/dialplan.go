@@ -5,9 +5,14 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"net"
 	"net/netip"
 	"time"
 )
+
+// streamResolver looks up the host names of stream targets, for every
+// engine; tests replace it to give a name several addresses.
+var streamResolver = net.DefaultResolver
 
 // errNoTarget is a dial's error when the route has no target left to try.
 var errNoTarget = errors.New("relay: no target left to try")

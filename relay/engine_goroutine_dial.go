@@ -7,10 +7,6 @@ import (
 	"time"
 )
 
-// streamResolver looks up the host names of stream targets, for every
-// engine; tests replace it to give a name several addresses.
-var streamResolver = net.DefaultResolver
-
 // dialTarget connects a client to one of the route's targets with
 // blocking dials, along a dialPlan: each attempt within the time the
 // plan gives it, the failed ones marking their target down, until one
