@@ -3,6 +3,7 @@ package relay
 import (
 	"errors"
 	"log/slog"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -289,6 +290,36 @@ func (b *backoff) ok(log *slog.Logger) {
 	if b.failing && time.Since(b.lastErr) > time.Second {
 		log.Info("accept recovered", "listen", b.listen, "errors", b.count, "after", time.Since(b.since).Round(time.Millisecond))
 		*b = backoff{listen: b.listen}
+	}
+}
+
+// acceptEach accepts on ln with package net's Accept until ln closes or
+// f stops, and gives each client to serve. Before each accept, room (if
+// not nil) waits while the limits are full (false: f stopped). Errors
+// are paced by a backoff: out of descriptors (EMFILE, ENFILE) or memory,
+// every retry fails the same way until a connection closes.
+func (f *front) acceptEach(ln net.Listener, room func() bool, serve func(net.Conn)) {
+	log := f.srv.log
+	bo := backoff{listen: ln.Addr().String()}
+	for {
+		if room != nil && !room() {
+			return
+		}
+		c, err := ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			f.acceptFailed()
+			select {
+			case <-time.After(bo.failed(log, err)):
+			case <-f.done:
+				return
+			}
+			continue
+		}
+		bo.ok(log)
+		serve(c)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/zeroio/zeroio/internal/evloop"
 	"github.com/zeroio/zeroio/internal/nbsys"
@@ -105,7 +104,9 @@ func (e *eventEngine) serve(f *front, ln net.Listener) {
 	l, ok := ln.(*evListener)
 	loops := e.start()
 	if !ok || len(loops) == 0 {
-		e.acceptLoop(f, ln)
+		// Not an evListener: package net's Accept, each client handed
+		// to a loop.
+		f.acceptEach(ln, nil, func(c net.Conn) { e.hand(f, c, false) })
 		return
 	}
 	for _, lp := range loops {
@@ -114,30 +115,6 @@ func (e *eventEngine) serve(f *front, ln net.Listener) {
 	select {
 	case <-f.done:
 	case <-l.done:
-	}
-}
-
-// acceptLoop serves a listener that is not an evListener with package
-// net's Accept, handing each connection to a loop, through accept errors
-// as the loops do (backoff).
-func (e *eventEngine) acceptLoop(f *front, ln net.Listener) {
-	bo := backoff{listen: ln.Addr().String()}
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			f.acceptFailed()
-			select {
-			case <-f.done:
-				return
-			case <-time.After(bo.failed(f.srv.log, err)):
-			}
-			continue
-		}
-		bo.ok(f.srv.log)
-		e.hand(f, c, false)
 	}
 }
 

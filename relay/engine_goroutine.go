@@ -1,9 +1,7 @@
 package relay
 
 import (
-	"errors"
 	"net"
-	"time"
 )
 
 // goroutineEngine is the portable engine: a goroutine accepts on each
@@ -20,7 +18,12 @@ func newGoroutineEngine(s *Server) *goroutineEngine {
 
 func (e *goroutineEngine) adopt(lns []net.Listener) ([]net.Listener, error) { return lns, nil }
 
-func (e *goroutineEngine) serve(f *front, ln net.Listener) { e.acceptLoop(f, ln) }
+// serve accepts on ln, pausing at a limit with the clients in the listen
+// backlog (waitRoom), and serves each client.
+func (e *goroutineEngine) serve(f *front, ln net.Listener) {
+	defer f.srv.serveWG.Done()
+	f.acceptEach(ln, f.waitRoom, func(c net.Conn) { e.serveFront(f, c, f.done) })
+}
 
 // serveQueued serves c, taken from the accept queue of a listener of f that a
 // reload closed. It was waiting for a slot there, if at a limit, so it
@@ -45,35 +48,6 @@ func (e *goroutineEngine) abort(why error) {
 }
 
 func (e *goroutineEngine) close() {}
-
-// acceptLoop serves one listener until it is closed.
-func (e *goroutineEngine) acceptLoop(f *front, ln net.Listener) {
-	defer f.srv.serveWG.Done()
-	bo := backoff{listen: ln.Addr().String()}
-	for {
-		// Room first: at a limit, clients wait in the listen backlog.
-		if !f.waitRoom() {
-			return
-		}
-		c, err := ln.Accept()
-		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
-				return
-			}
-			f.acceptFailed()
-			// Out of descriptors (EMFILE, ENFILE) or memory: every retry
-			// fails the same way until a connection closes.
-			select {
-			case <-time.After(bo.failed(f.srv.log, err)):
-			case <-f.done:
-				return
-			}
-			continue
-		}
-		bo.ok(f.srv.log)
-		e.serveFront(f, c, f.done)
-	}
-}
 
 // serveFront serves a client of f: at once by the only route of a front
 // that needs no hello, else on a goroutine that reads the hello first.
