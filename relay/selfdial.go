@@ -76,19 +76,9 @@ func (s *Server) mayDialSelf(remote netip.AddrPort) bool {
 }
 
 // selfDialed reports whether a stream the relay dialled from local to
-// remote arrived at one of its own stream listeners: it connects this
-// host to itself (the two ends share an IP address) on a port one of
-// them listens on.
+// remote arrived at one of its own stream listeners (reachesOwn).
 func (s *Server) selfDialed(local, remote netip.AddrPort) bool {
-	if !remote.IsValid() || local.Addr() != remote.Addr() {
-		return false
-	}
-	for _, l := range *s.ports.Load() {
-		if l.Port() == remote.Port() && (l.Addr().IsUnspecified() || l.Addr() == remote.Addr()) {
-			return true
-		}
-	}
-	return false
+	return reachesOwn(*s.ports.Load(), local, remote)
 }
 
 // sendsToSelf reports whether up, a UDP session's socket connected to
@@ -97,11 +87,18 @@ func (s *Server) selfDialed(local, remote netip.AddrPort) bool {
 // new client's, opening a session whose datagrams come back again, until
 // the route has no session left.
 func (s *Server) sendsToSelf(up *udp.Conn) bool {
-	local, remote := up.AddrPort(), addrPort(up.RemoteAddr())
+	return reachesOwn(*s.udpPorts.Load(), up.AddrPort(), addrPort(up.RemoteAddr()))
+}
+
+// reachesOwn reports whether a socket connected from local to remote
+// reaches one of the relay's own sockets, bound to ports: it connects
+// this host to itself (the two ends share an IP address) on a port one
+// of them is bound to, at that address or at every address.
+func reachesOwn(ports []netip.AddrPort, local, remote netip.AddrPort) bool {
 	if !remote.IsValid() || local.Addr() != remote.Addr() {
 		return false
 	}
-	for _, l := range *s.udpPorts.Load() {
+	for _, l := range ports {
 		if l.Port() == remote.Port() && (l.Addr().IsUnspecified() || l.Addr() == remote.Addr()) {
 			return true
 		}
