@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
 	"net"
 	"net/netip"
 	"time"
+
+	"github.com/zeroio/zeroio/internal/evloop"
 )
 
 // streamResolver looks up the host names of stream targets, for every
@@ -46,7 +47,7 @@ func (p *dialPlan) start(rt *route, r *Route, client netip.Addr, now int64) {
 	*p = dialPlan{rt: rt, ts: rt.targets(), client: client}
 	p.left = p.ts.npos
 	if r.DialTimeout > 0 {
-		p.deadline = monoAfter(now, r.DialTimeout)
+		p.deadline = evloop.After(now, r.DialTimeout)
 	}
 }
 
@@ -144,14 +145,4 @@ func (p *dialPlan) lookupTimeout(now int64) time.Duration {
 		return 0
 	}
 	return time.Duration(max(p.deadline-now, 1))
-}
-
-// monoAfter returns the mono time d after now, or the farthest time there
-// is when that would overflow: a timeout of centuries never ends, rather
-// than wrapping around to the past.
-func monoAfter(now int64, d time.Duration) int64 {
-	if int64(d) > math.MaxInt64-now {
-		return math.MaxInt64
-	}
-	return now + int64(d)
 }
