@@ -24,7 +24,7 @@ import (
 // one), and counted.
 func (u *udpRoute) proxied(r *Route, ln *udp.Conn, m *udp.Message, now int64) (*session, int) {
 	st := &u.rt.st
-	if len(r.TrustedProxies) > 0 && !contains(r.TrustedProxies, m.Addr.Addr()) {
+	if !trustsPeer(r, m.Addr) {
 		st.denied.Add(1)
 		return nil, 0
 	}
