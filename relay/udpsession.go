@@ -140,63 +140,11 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, a *arrival, now int64, n uint
 		st.denied.Add(n)
 		return nil
 	}
-	// The session's target, for as long as it lives: a client's flow
-	// stays on one target.
-	// A target without an address (its name does not resolve, or a
-	// reload just dropped it) gives way to the next, and so does one
-	// whose address the session's socket cannot connect to, marked
-	// down. So does one that is the relay itself under another name:
-	// it is marked down and never taken as a last resort, as a
-	// stream's dial to it is.
-	//
-	// A QUIC client whose connection ID names a target's server ID
-	// goes to that target first (see QUICLB).
-	var tried triedSet
-	var b *backend
-	var up *udp.Conn
-	var rc syscall.RawConn
 	ts := u.rt.targets()
 	pinned, cid := serverFor(r.QUICLB, ts, a.payload)
-	for up == nil {
-		var tg *udpTarget
-		for tg == nil {
-			if pinned >= 0 && !tried.has(pinned) {
-				tried.add(pinned)
-				if b = ts.bs[pinned]; b.isDown(&now) {
-					continue
-				}
-			} else if b = u.rt.targets().pick(client.Addr(), &tried); b == nil {
-				st.udpDropWrite.Add(n)
-				return nil
-			}
-			tg = u.targetFor(b, now)
-		}
-		var err error
-		up, rc, err = openUpstream(tg, r.UDPBuffer)
-		if err != nil {
-			st.errDial.Add(1)
-			if exhausted(err) {
-				// The relay's own lack of descriptors or memory: no
-				// other target would do better, and none is to blame.
-				st.udpDropWrite.Add(n)
-				u.sockFailed(client, err)
-				return nil
-			}
-			// connect(2) refused the target's address itself: no
-			// route to it (ENETUNREACH, an IPv6 target on a host
-			// without IPv6), or an address it cannot reach (EINVAL,
-			// EADDRNOTAVAIL). It fails so for every client: it is
-			// down, as a stream's failed dial marks it, and the
-			// client goes to the next target.
-			b.dialFailed(err)
-			continue
-		}
-		if u.rt.srv.sendsToSelf(up) {
-			up.Close()
-			up = nil
-			b.loops.Store(true)
-			b.dialFailed(errLoop)
-		}
+	b, up, rc := u.upstream(r, ts, pinned, client, now, n)
+	if up == nil {
+		return nil
 	}
 	// Looked up again: with several workers another reader may have taken
 	// the last slot, or opened this very session, while we dialled.
@@ -234,6 +182,63 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, a *arrival, now int64, n uint
 	u.rt.srv.serveWG.Add(1)
 	go s.run(r.SessionTimeout)
 	return s
+}
+
+// upstream chooses a new session's target, for as long as it lives (a
+// client's flow stays on one target), and opens its socket there; ts is
+// the route's target set and pinned the index of the target a QUIC
+// client's connection ID names (-1 for none), tried first (see QUICLB).
+// A target without an address (its name does not resolve, or a reload
+// just dropped it) gives way to the next, and so does one whose address
+// the session's socket cannot connect to, marked down. So does one that
+// is the relay itself under another name: it is marked down and never
+// taken as a last resort, as a stream's dial to it is. A nil socket
+// means the n datagrams are dropped, and counted.
+func (u *udpRoute) upstream(r *Route, ts *targetSet, pinned int, client netip.AddrPort, now int64, n uint64) (*backend, *udp.Conn, syscall.RawConn) {
+	st := &u.rt.st
+	var tried triedSet
+	for {
+		var b *backend
+		var tg *udpTarget
+		for tg == nil {
+			if pinned >= 0 && !tried.has(pinned) {
+				tried.add(pinned)
+				if b = ts.bs[pinned]; b.isDown(&now) {
+					continue
+				}
+			} else if b = u.rt.targets().pick(client.Addr(), &tried); b == nil {
+				st.udpDropWrite.Add(n)
+				return nil, nil, nil
+			}
+			tg = u.targetFor(b, now)
+		}
+		up, rc, err := openUpstream(tg, r.UDPBuffer)
+		if err != nil {
+			st.errDial.Add(1)
+			if exhausted(err) {
+				// The relay's own lack of descriptors or memory: no
+				// other target would do better, and none is to blame.
+				st.udpDropWrite.Add(n)
+				u.sockFailed(client, err)
+				return nil, nil, nil
+			}
+			// connect(2) refused the target's address itself: no
+			// route to it (ENETUNREACH, an IPv6 target on a host
+			// without IPv6), or an address it cannot reach (EINVAL,
+			// EADDRNOTAVAIL). It fails so for every client: it is
+			// down, as a stream's failed dial marks it, and the
+			// client goes to the next target.
+			b.dialFailed(err)
+			continue
+		}
+		if u.rt.srv.sendsToSelf(up) {
+			up.Close()
+			b.loops.Store(true)
+			b.dialFailed(errLoop)
+			continue
+		}
+		return b, up, rc
+	}
 }
 
 // sockFailed logs a session socket that would not open for client, as
