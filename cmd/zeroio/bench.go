@@ -249,7 +249,7 @@ func runSuites(o benchOptions, stderr io.Writer) (*report.Report, error) {
 		if !contains(o.suites, s.Group) {
 			continue
 		}
-		sr := &report.Suite{Group: s.Group, Name: s.Name, Metric: s.Metric, Also: s.AlsoChart}
+		sr := &report.Suite{Group: s.Group, Name: s.Name, Metric: s.Metric, Also: s.AlsoChart, Paired: s.Paired}
 		if sr.Metric == "" {
 			sr.Metric = "ns/op"
 		}

@@ -454,7 +454,7 @@ func init() {
 	register(Suite{Group: "relay-udp", Name: "RelayUDP", Cases: relayUDPCases, Metric: "p50-µs",
 		AlsoChart: []string{"p99-µs", "delivered/s", "cpu-ns/dgram", "KiB/session"},
 		Available: func() string { return needTools() }, Notes: relayUDPNotes})
-	register(Suite{Group: "relay", Name: "RelayLatency", Cases: relayLatencyCases, Metric: "p50-µs", AlsoChart: []string{"p99-µs"},
+	register(Suite{Group: "relay", Name: "RelayLatency", Cases: relayLatencyCases, Metric: "p50-µs", AlsoChart: []string{"p99-µs"}, Paired: true,
 		Available: func() string { return needTools() }, Notes: relayLatencyNotes})
 	register(Suite{Group: "relay", Name: "RelayStreams", Cases: relayStreamsCases,
 		Available: func() string { return needTools() }})

@@ -39,6 +39,12 @@ type Suite struct {
 	// Notes reports what the suite found about its peers ("haproxy: not
 	// on PATH, skipped"), for the report.
 	Notes func() []string
+	// Paired says that the cases of a config take their samples from
+	// shared measurements, one per round, that interleave the impls
+	// (RelayLatency): the report compares two impls round by round, which
+	// cancels what the machine did differently from one round to the
+	// next.
+	Paired bool
 }
 
 // HigherIsBetter reports whether larger values of unit are better.

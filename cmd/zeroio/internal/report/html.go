@@ -376,7 +376,7 @@ figcaption{font-size:13px;max-width:672px}figcaption span{display:inline-block;m
 figcaption i{display:inline-block;width:14px;height:4px;vertical-align:middle;margin-right:4px}figcaption b i{height:7px}
 </style></head><body>
 <h1>zeroio against its peers</h1>
-<p class="sub">Medians of {{.R.Count}} samples per benchmark, taken interleaved (every implementation once per round) so drift on a shared machine hits all alike. Ratios: best zeroio implementation against the best peer, above 1 means zeroio is better; p is the Mann-Whitney U test of those two implementations' samples (benchstat's test), and ~ marks p ≥ 0.05, a ratio within the noise. Where a suite runs the minimal C program (c-floor: a relay, or a UDP sender and receiver; the kernel's part of the job), the best zeroio implementation's ratio to it follows.</p>
+<p class="sub">Medians of {{.R.Count}} samples per benchmark, taken interleaved (every implementation once per round) so drift on a shared machine hits all alike. Ratios: best zeroio implementation against the best peer, above 1 means zeroio is better; p is the Mann-Whitney U test of those two implementations' samples (benchstat's test) or, in a suite marked paired, where each round is one measurement interleaving every implementation, the paired t-test of their log-ratios round by round; ~ marks p ≥ 0.05, a ratio within the noise. Where a suite runs the minimal C program (c-floor: a relay, or a UDP sender and receiver; the kernel's part of the job), the best zeroio implementation's ratio to it follows.</p>
 <dl>
 <dt>date</dt><dd>{{.R.Started.UTC.Format "2006-01-02 15:04 UTC"}} ({{.Duration}})</dd>
 <dt>CPU</dt><dd>{{.R.Machine.CPU}}</dd>

@@ -47,7 +47,11 @@ type Suite struct {
 	Skipped string   `json:"skipped,omitempty"`
 	Notes   []string `json:"notes,omitempty"`
 	Also    []string `json:"also_charted,omitempty"`
-	Cases   []*Case  `json:"cases"`
+	// Paired says that each round's samples of a config come from one
+	// measurement that interleaved the impls (bench.Suite.Paired): they
+	// are compared round by round.
+	Paired bool    `json:"paired,omitempty"`
+	Cases  []*Case `json:"cases"`
 	// Rows pivot the cases: one per config, with the median of Metric for
 	// each impl and zeroio's ratio to the best peer.
 	Rows []Row `json:"rows"`
@@ -70,8 +74,10 @@ type Row struct {
 	BestZero string  `json:"best_zeroio,omitempty"`
 	BestPeer string  `json:"best_peer,omitempty"`
 	// P is the two-sided p-value of the Mann-Whitney U test between the
-	// samples of BestZero and BestPeer (benchstat's test): at 0.05 or
-	// more the ratio is within the noise. 0 when there is no ratio.
+	// samples of BestZero and BestPeer (benchstat's test) or, in a paired
+	// suite, of the paired t-test of their log-ratios round by round: at
+	// 0.05 or more the ratio is within the noise. 0 when there is no
+	// ratio.
 	P float64 `json:"p,omitempty"`
 	// Floor is how many times better the best zeroio impl is than the
 	// floor (c-floor: what the kernel's part of the job costs), with FloorP
@@ -255,15 +261,16 @@ func pivot(s *Suite, cfg, unit string) Row {
 			rw.BestPeer, bp = impl, v
 		}
 	}
-	rw.Ratio, rw.P = compare(rw, cases, rw.BestPeer)
-	rw.Floor, rw.FloorP = compare(rw, cases, floorImpl)
+	rw.Ratio, rw.P = compare(rw, cases, rw.BestPeer, s.Paired)
+	rw.Floor, rw.FloorP = compare(rw, cases, floorImpl, s.Paired)
 	return rw
 }
 
 // compare returns how many times better the row's best zeroio impl is
-// than impl in the row's unit, and the p-value of the two impls' samples;
-// zeros when either is missing.
-func compare(rw Row, cases map[string]*Case, impl string) (ratio, p float64) {
+// than impl in the row's unit, and the p-value of the two impls' samples,
+// round by round if paired and each has a sample of every round; zeros
+// when either is missing.
+func compare(rw Row, cases map[string]*Case, impl string, paired bool) (ratio, p float64) {
 	z, o := rw.Medians[rw.BestZero], rw.Medians[impl]
 	if rw.BestZero == "" || impl == "" || z <= 0 || o <= 0 {
 		return 0, 0
@@ -271,7 +278,13 @@ func compare(rw Row, cases map[string]*Case, impl string) (ratio, p float64) {
 	if ratio = z / o; !rw.Higher {
 		ratio = o / z
 	}
-	if p = pValue(cases[rw.BestZero].values(rw.Unit), cases[impl].values(rw.Unit)); math.IsNaN(p) {
+	zv, ov := cases[rw.BestZero].values(rw.Unit), cases[impl].values(rw.Unit)
+	if paired && len(zv) == len(cases[rw.BestZero].Samples) && len(ov) == len(cases[impl].Samples) && len(zv) == len(ov) {
+		p = pairedPValue(zv, ov)
+	} else {
+		p = pValue(zv, ov)
+	}
+	if math.IsNaN(p) {
 		p = 0
 	}
 	return ratio, p

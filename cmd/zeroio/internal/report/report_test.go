@@ -126,3 +126,43 @@ func TestAllFailed(t *testing.T) {
 		t.Errorf("report.html: want the three failures, no table and no allocation claim:\n%s", h[strings.Index(h, "<section"):])
 	}
 }
+
+// TestPairedSuite: in a paired suite each round is one measurement of
+// every impl, so two impls are compared round by round. Rounds that run
+// 40% apart hide a steady 5% difference from the U test of the two
+// samples, not from the paired test; a case missing a round's sample
+// falls back to the U test.
+func TestPairedSuite(t *testing.T) {
+	speed := []float64{1, 1.4, 1, 1.4, 1, 1.4}
+	jitter := []float64{1, 1.01, 0.99, 1.005, 0.995, 1}
+	cs := func(impl string, p50 float64, rounds int) *Case {
+		c := &Case{Name: "mode=x/impl=" + impl, Impl: impl, Config: "mode=x"}
+		for i, f := range speed[:rounds] {
+			if impl != "zeroio" {
+				f *= jitter[i]
+			}
+			c.Samples = append(c.Samples, Sample{N: 1, Extra: map[string]float64{"p50-µs": p50 * f}})
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name    string
+		paired  bool
+		rounds  int
+		wantSig bool
+	}{
+		{"paired", true, 6, true},
+		{"unpaired", false, 6, false},
+		{"paired-missing-round", true, 5, false},
+	} {
+		s := &Suite{Name: "RelayLatency", Metric: "p50-µs", Paired: tc.paired, Cases: []*Case{
+			cs("zeroio", 100, 6), cs("haproxy", 105, tc.rounds),
+		}}
+		rep := &Report{Count: 6, Suites: []*Suite{s}}
+		rep.Summarize()
+		rw := s.Rows[0]
+		if rw.BestPeer != "haproxy" || rw.P <= 0 || (rw.P < 0.05) != tc.wantSig {
+			t.Errorf("%s: ratio %v p %v vs %s, want significant %v", tc.name, rw.Ratio, rw.P, rw.BestPeer, tc.wantSig)
+		}
+	}
+}

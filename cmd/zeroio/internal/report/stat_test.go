@@ -47,3 +47,59 @@ func TestPValue(t *testing.T) {
 		t.Errorf("empty sample: p = %v, want NaN", p)
 	}
 }
+
+func TestStudentTwoSided(t *testing.T) {
+	for _, tc := range []struct {
+		t    float64
+		df   int
+		want float64
+	}{
+		// The two-sided 5% points of tables of Student's t.
+		{12.706, 1, 0.05}, {4.303, 2, 0.05}, {3.182, 3, 0.05}, {2.776, 4, 0.05}, {2.571, 5, 0.05}, {2.228, 10, 0.05},
+		// R: t.test(extra ~ group, data = sleep, paired = TRUE) gives
+		// t = -4.0621, df = 9, p-value = 0.002833.
+		{4.0621, 9, 0.002833},
+		{0, 5, 1},
+	} {
+		if got := studentTwoSided(tc.t, tc.df); math.Abs(got-tc.want) > 5e-5 {
+			t.Errorf("t = %v, df = %d: p = %.6f, want %.6f", tc.t, tc.df, got, tc.want)
+		}
+	}
+}
+
+func TestPairedPValue(t *testing.T) {
+	// Rounds that run 40% apart: the U test of the two samples sees nothing.
+	a := []float64{105, 147, 105, 147, 105, 147}
+	b := []float64{100, 140, 100, 140, 100, 140}
+	if p := pValue(a, b); p < 0.05 {
+		t.Fatalf("U test p = %v, want the noise to hide 5%%", p)
+	}
+	// A steady 5% with a little scatter, round by round: log-ratios of
+	// mean m and standard error se give t = m/se with 5 degrees of freedom.
+	a = []float64{105, 147.5, 104.5, 147, 105.3, 146.8}
+	d := make([]float64, len(a))
+	var m float64
+	for i := range a {
+		d[i] = math.Log(a[i] / b[i])
+		m += d[i] / 6
+	}
+	var ss float64
+	for _, x := range d {
+		ss += (x - m) * (x - m)
+	}
+	want := studentTwoSided(m/math.Sqrt(ss/5/6), 5)
+	if p := pairedPValue(a, b); math.Abs(p-want) > 1e-12 || p >= 0.001 {
+		t.Errorf("paired p = %v, want %v, well below 0.05", p, want)
+	}
+	if p := pairedPValue(b, a); math.Abs(p-want) > 1e-12 {
+		t.Errorf("paired p reversed = %v, want %v", p, want)
+	}
+	if p := pairedPValue(b, b); p != 1 {
+		t.Errorf("equal samples: p = %v, want 1", p)
+	}
+	for _, bad := range [][2][]float64{{{1}, {1}}, {{1, 2}, {1}}, {{1, 0}, {1, 2}}} {
+		if p := pairedPValue(bad[0], bad[1]); !math.IsNaN(p) {
+			t.Errorf("pairedPValue(%v, %v) = %v, want NaN", bad[0], bad[1], p)
+		}
+	}
+}

@@ -53,12 +53,16 @@ func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "zeroio bench — %s, %d cores, GOMAXPROCS %d, Linux %s, %s — %s\n",
 		r.Machine.CPU, r.Machine.Cores, r.Machine.GOMAXPROCS, r.Machine.Kernel, r.Machine.Go, r.Started.UTC().Format("2006-01-02 15:04 UTC"))
 	fmt.Fprintf(w, "medians of %d interleaved samples; ratio = best zeroio vs best peer (above 1: zeroio is better)\n", r.Count)
-	fmt.Fprintf(w, "p = Mann-Whitney U test of those two impls' samples, as benchstat's; ~ marks p >= 0.05: no significant difference\n")
+	fmt.Fprintf(w, "p = Mann-Whitney U test of those two impls' samples, as benchstat's (suites marked paired: paired t-test\n")
+	fmt.Fprintf(w, "    of their log-ratios round by round, each round one interleaved measurement); ~ marks p >= 0.05: no significant difference\n")
 	fmt.Fprintf(w, "floor = best zeroio vs %s, the minimal C program (what the kernel's part costs), where a suite runs it\n", floorImpl)
 	for _, s := range r.Suites {
 		dir := "lower is better"
 		if s.Higher {
 			dir = "higher is better"
+		}
+		if s.Paired {
+			dir += ", paired"
 		}
 		fmt.Fprintf(w, "\n%s · Benchmark%s (%s, %s)\n", s.Group, s.Name, s.Metric, dir)
 		if s.Skipped != "" {
