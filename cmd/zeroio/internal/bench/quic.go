@@ -192,8 +192,17 @@ func (l *quicLink) sink() error {
 // upload sends size bytes (data repeated) on a new stream and waits for
 // the server to have read them all.
 func (l *quicLink) upload(ctx context.Context, data []byte, size int) error {
-	str, err := l.cli.OpenStreamSync(ctx)
+	return quicUpload(ctx, l.cli, nil, data, size)
+}
+
+// quicUpload is upload on c, the stream opened by head (nil: nothing)
+// before the size bytes.
+func quicUpload(ctx context.Context, c *quic.Conn, head, data []byte, size int) error {
+	str, err := c.OpenStreamSync(ctx)
 	if err != nil {
+		return err
+	}
+	if _, err := str.Write(head); err != nil {
 		return err
 	}
 	for left := size; left > 0; {

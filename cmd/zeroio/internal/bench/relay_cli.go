@@ -64,6 +64,13 @@ func skipWithoutZeroio(b *testing.B, impl string) {
 // FILE) until stop, and returns once listen accepts connections. impl is
 // "zeroio" or "zeroio-ENGINE".
 func startZeroio(impl, listen string, args ...string) (*relayProc, error) {
+	return startZeroioUntil(impl, listen, func(exited <-chan struct{}) bool { return waitListenOrExit(listen, exited) }, args...)
+}
+
+// startZeroioUntil is startZeroio returning once ready (given the channel
+// closed when the relay exits) reports true: for a UDP listen address,
+// which cannot be dialled to see whether it is open.
+func startZeroioUntil(impl, listen string, ready func(exited <-chan struct{}) bool, args ...string) (*relayProc, error) {
 	if ZeroioCommand == "" {
 		return nil, errors.New("no zeroio executable to run (bench.ZeroioCommand is unset)")
 	}
@@ -81,7 +88,7 @@ func startZeroio(impl, listen string, args ...string) (*relayProc, error) {
 		return nil, err
 	}
 	p := &relayProc{cmd: cmd, addr: listen, exited: exited}
-	if !waitListenOrExit(listen, exited) {
+	if !ready(exited) {
 		p.stop()
 		return nil, fmt.Errorf("zeroio relay %s did not listen on %s: %s", strings.Join(args, " "), listen, stderr)
 	}

@@ -28,8 +28,9 @@ var udpRelayFloor = newCProgram(&cProgram{name: "c-floor", src: udpRelaySource},
 // relay's here (relayUDPBuf; nginx has no directive for its upstream
 // sockets' buffers), and sessions that outlive any benchmark (the default
 // proxy_timeout, 10 minutes, would too; said here so no one wonders).
-// Arguments: load_module line, directory, listen address, target, buffer
-// size.
+// Arguments: load_module line, directory, listen address, proxy_pass's
+// argument (a target or an upstream's name), buffer size, and the
+// upstream blocks, if any.
 const nginxStreamConf = `%[1]s
 worker_processes auto;
 worker_rlimit_nofile 20000;
@@ -40,7 +41,7 @@ events {
 	worker_connections 8192;
 }
 stream {
-	server {
+%[6]s	server {
 		listen %[3]s udp reuseport rcvbuf=%[5]d sndbuf=%[5]d;
 		proxy_pass %[4]s;
 		proxy_timeout 1h;
@@ -121,6 +122,12 @@ func relayUDPNotes() []string {
 // startNginxStream starts nginx relaying UDP from a free loopback port to
 // target and returns once it has bound the port.
 func startNginxStream(target string) (*relayProc, error) {
+	return startNginxStreamConf(target, "")
+}
+
+// startNginxStreamConf is startNginxStream with proxy_pass's argument
+// and the upstream blocks it may name.
+func startNginxStreamConf(proxyPass, upstreams string) (*relayProc, error) {
 	load, err := nginxStream()
 	if err != nil {
 		return nil, err
@@ -136,7 +143,7 @@ func startNginxStream(target string) (*relayProc, error) {
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	if err == nil {
-		conf := fmt.Sprintf(nginxStreamConf, load, dir, addr, target, relayUDPBuf)
+		conf := fmt.Sprintf(nginxStreamConf, load, dir, addr, proxyPass, relayUDPBuf, upstreams)
 		err = os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644)
 	}
 	if err != nil {

@@ -20,7 +20,7 @@ type Case struct {
 // A Suite is one Benchmark function's worth of cases.
 type Suite struct {
 	// Group is what `zeroio bench --suite` selects: pool, udp, splice,
-	// relay, relay-udp, relay-http, relay-tls, quic.
+	// relay, relay-udp, relay-http, relay-tls, relay-quic, quic.
 	Group string
 	// Name is the Benchmark function's name without "Benchmark": "Pool"
 	// runs as BenchmarkPool.
@@ -90,7 +90,7 @@ func Suites() []Suite {
 }
 
 // Groups lists the suite groups in the order they run.
-var Groups = []string{"pool", "udp", "splice", "relay", "relay-udp", "relay-http", "relay-tls", "quic"}
+var Groups = []string{"pool", "udp", "splice", "relay", "relay-udp", "relay-http", "relay-tls", "relay-quic", "quic"}
 
 func groupOrder(g string) int {
 	for i, x := range Groups {
