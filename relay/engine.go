@@ -15,15 +15,17 @@ type engine interface {
 	// adopt takes stream listeners just opened (listenStreamAt) into the
 	// form serve takes; on an error it has closed them.
 	adopt(lns []net.Listener) ([]net.Listener, error)
-	// serve accepts on ln, one of f's stream listeners, and relays every
-	// admitted connection until f stops or ln closes. For each client it
-	// reads f.table: if the table needsHello, it reads the client's
-	// first bytes (after a PROXY header, if the front takes one) into a
-	// bounded buffer until tlshello.Parse answers or the peek timeout,
-	// chooses the route (routeTable.choose), and writes those bytes to
-	// the target before relaying; otherwise the table's only route takes
-	// the client with no byte read. It runs on a goroutine counted in the
-	// Server's serveWG, and calls Done on it when it no longer accepts.
+	// serve accepts on ln, one of f's stream listeners, pausing while
+	// front.room says the limits are full, and relays every admitted
+	// connection until f stops or ln closes, taking the stream's steps
+	// (stream.go) for each. For each client it reads f.table: if the
+	// table needsHello, it reads the client's first bytes (after a PROXY
+	// header, if the front takes one) into a bounded buffer until
+	// tlshello.Parse answers or the peek timeout, chooses the route
+	// (stream.chose), and writes those bytes to the target before
+	// relaying; otherwise the table's only route takes the client with no
+	// byte read. It runs on a goroutine counted in the Server's serveWG,
+	// and calls Done on it when it no longer accepts.
 	serve(f *front, ln net.Listener)
 	// serveQueued relays c, taken from the accept queue of one of f's
 	// listeners as it stopped (Update), as if serve had accepted it.
