@@ -244,50 +244,6 @@ func (r Route) withDefaults() Route {
 	return r
 }
 
-// checkKind refuses settings r gives that its kind of route ignores:
-// stream settings on a UDP route, UDP ones on a stream route. It looks
-// at r as given, before withDefaults fills in both kinds' defaults.
-func (r *Route) checkKind() error {
-	if r.Listen.Network == "" {
-		return nil // validate reports it
-	}
-	var set []string
-	add := func(on bool, key string) {
-		if on {
-			set = append(set, key)
-		}
-	}
-	want := "stream (TCP or Unix) routes"
-	if r.Listen.Datagram() {
-		add(r.MaxConns != 0, "max_conns")
-		add(r.MaxConnsPerClient != 0, "max_conns_per_client")
-		add(r.DialTimeout != 0, "dial_timeout")
-		add(r.IdleTimeout != 0, "idle_timeout")
-		add(r.KeepAlive != 0, "keepalive")
-		add(r.Nagle, "nagle")
-		add(r.ProxyHeaderTimeout != 0, "proxy_header_timeout")
-		add(r.PeekTimeout != 0, "peek_timeout")
-	} else {
-		want = "UDP routes"
-		add(r.SessionTimeout != 0, "session_timeout")
-		add(r.MaxSessions != 0, "max_sessions")
-		add(r.UDPBuffer != 0, "udp_buffer")
-		add(r.QUICLB != nil, "quic_lb")
-	}
-	if len(set) == 0 {
-		return nil
-	}
-	name := r.Name
-	if name == "" {
-		name = r.Listen.String()
-	}
-	hint := "a UDP route has session_timeout, max_sessions and udp_buffer"
-	if want == "UDP routes" {
-		hint = "a stream route has idle_timeout, max_conns and max_conns_per_client"
-	}
-	return fmt.Errorf("route %q: %s: for %s only (%s)", name, strings.Join(set, ", "), want, hint)
-}
-
 func (r *Route) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
