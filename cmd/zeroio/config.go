@@ -19,46 +19,6 @@ import (
 	"github.com/zeroio/zeroio/relay"
 )
 
-// routeSpec is one route as written in a config file or on the command
-// line; the file's defaults section uses the same fields.
-type routeSpec struct {
-	Name               string       `yaml:"name"`
-	Listen             string       `yaml:"listen"`
-	Target             string       `yaml:"target"`
-	Targets            []targetSpec `yaml:"targets"`
-	Balance            string       `yaml:"balance"`
-	HealthCheck        *healthSpec  `yaml:"health_check"`
-	SNI                []string     `yaml:"sni"`
-	ALPN               []string     `yaml:"alpn"`
-	PeekTimeout        duration     `yaml:"peek_timeout"`
-	ListenOverlap      bool         `yaml:"listen_overlap"`
-	Workers            integer      `yaml:"workers"`
-	DialTimeout        duration     `yaml:"dial_timeout"`
-	IdleTimeout        duration     `yaml:"idle_timeout"`
-	MaxConns           integer      `yaml:"max_conns"`
-	MaxConnsPerClient  integer      `yaml:"max_conns_per_client"`
-	Allow              []string     `yaml:"allow"`
-	Deny               []string     `yaml:"deny"`
-	SendProxy          string       `yaml:"send_proxy"`
-	AcceptProxy        bool         `yaml:"accept_proxy"`
-	TrustedProxies     []string     `yaml:"trusted_proxies"`
-	ProxyHeaderTimeout duration     `yaml:"proxy_header_timeout"`
-	KeepAlive          duration     `yaml:"keepalive"`
-	Nagle              bool         `yaml:"nagle"`
-	SessionTimeout     duration     `yaml:"session_timeout"`
-	MaxSessions        integer      `yaml:"max_sessions"`
-	UDPBuffer          integer      `yaml:"udp_buffer"`
-	UnixMode           string       `yaml:"unix_mode"`
-	UnixUser           string       `yaml:"unix_user"`
-	UnixGroup          string       `yaml:"unix_group"`
-
-	// ownUnix is set when a unix_mode, unix_user or unix_group was given
-	// for this route itself (in the route, or as flags with LISTEN
-	// TARGET), not inherited from defaults: only then is it an error on a
-	// route that does not listen on a Unix socket path.
-	ownUnix bool
-}
-
 // targetSpec is one entry of a route's targets: a URL, or a mapping
 // with the URL and a weight.
 type targetSpec struct {
@@ -159,6 +119,26 @@ type healthSpec struct {
 	Fall     integer  `yaml:"fall"`
 }
 
+// healthFields names, in yaml's errors, the mapping a health_check
+// should be.
+type healthFields healthSpec
+
+// UnmarshalYAML decodes a health_check over h, field by field, refusing
+// unknown keys at their line (Node.Decode is not strict).
+func (h *healthSpec) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.MappingNode {
+		if err := checkKeys(n, "interval", "timeout", "rise", "fall"); err != nil {
+			return err
+		}
+	}
+	p := healthFields(*h)
+	if err := n.Decode(&p); err != nil {
+		return err
+	}
+	*h = healthSpec(p)
+	return nil
+}
+
 // fileConfig is the config file's top level. Its defaults and routes are
 // kept as YAML nodes, each route to be decoded over the defaults.
 type fileConfig = fileOf[yaml.Node]
@@ -180,54 +160,13 @@ type fileOf[R any] struct {
 	Routes          []R           `yaml:"routes"`
 }
 
-// options are the settings outside relay.Config.
-type options struct {
-	shutdownTimeout time.Duration
-	logLevel        string
-	logFormat       string
-	connLog         string
-	metrics         string
-}
-
-// loadFile reads a config file. Route fields not set in a route come from
-// the file's defaults section, then from base (the command-line flags).
+// loadFile reads a config file. Route settings not given in a route come
+// from the file's defaults section, then from base (the command-line
+// flags), where they fit the route (routeSpec.dropMisfits).
 func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
-	var fc fileConfig
-	data, err := os.ReadFile(path)
+	fc, err := readFile(path)
 	if err != nil {
 		return relay.Config{}, fc, err
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&fc); err != nil {
-		if err == io.EOF {
-			return relay.Config{}, fc, fmt.Errorf("%s: empty config file", path)
-		}
-		return relay.Config{}, fc, fmt.Errorf("%s: %s", path, oneLine(err))
-	}
-	// A later document, unless it is empty (a trailing ---), would be
-	// ignored by a single Decode: refuse it.
-	for {
-		var more yaml.Node
-		err := dec.Decode(&more)
-		if err == io.EOF {
-			break
-		}
-		if err == nil && emptyDoc(&more) {
-			continue
-		}
-		return relay.Config{}, fc, fmt.Errorf("%s: more than one YAML document (a second --- line); put every route in one", path)
-	}
-	// The defaults and routes are decoded below node by node, which
-	// yaml cannot do strictly: check the whole file strictly first.
-	var strict fileOf[routeSpec]
-	sdec := yaml.NewDecoder(bytes.NewReader(data))
-	sdec.KnownFields(true)
-	if err := sdec.Decode(&strict); err != nil {
-		return relay.Config{}, fc, fmt.Errorf("%s: %s", path, oneLine(err))
-	}
-	if fc.ShutdownTimeout < 0 {
-		return relay.Config{}, fc, fmt.Errorf("%s: shutdown_timeout %v is negative", path, fc.ShutdownTimeout)
 	}
 	defaults := base.own()
 	if !fc.Defaults.IsZero() {
@@ -242,28 +181,10 @@ func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
 	var errs []error
 	unnamed := map[string]int{} // listen address -> line of its unnamed route
 	for i := range fc.Routes {
-		spec := defaults.own()
-		spec.UnixMode, spec.UnixUser, spec.UnixGroup = "", "", ""
-		// A route's own target or targets replaces both defaults.
-		if hasKey(&fc.Routes[i], "target") || hasKey(&fc.Routes[i], "targets") {
-			spec.Target, spec.Targets = "", nil
-		}
-		if err := fc.Routes[i].Decode(&spec); err != nil {
-			errs = append(errs, fmt.Errorf("%s: route %d: %s", path, i+1, oneLine(err)))
-			continue
-		}
-		spec.ownUnix = spec.setsUnix()
-		spec.dropInapplicable(func(key string) bool { return hasKey(&fc.Routes[i], key) })
-		for _, f := range []struct{ own, def *string }{
-			{&spec.UnixMode, &defaults.UnixMode}, {&spec.UnixUser, &defaults.UnixUser}, {&spec.UnixGroup, &defaults.UnixGroup},
-		} {
-			if *f.own == "" {
-				*f.own = *f.def
-			}
-		}
-		r, err := spec.route()
+		n := &fc.Routes[i]
+		r, err := decodeRoute(n, i+1, defaults)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: line %d: %w", path, fc.Routes[i].Line, err))
+			errs = append(errs, fmt.Errorf("%s: %w", path, err))
 			continue
 		}
 		// A route without a name is named by its listen address, so
@@ -273,14 +194,78 @@ func loadFile(path string, base routeSpec) (relay.Config, fileConfig, error) {
 		if r.Name == "" {
 			k := r.Listen.String()
 			if first, ok := unnamed[k]; ok {
-				errs = append(errs, fmt.Errorf("%s: line %d: the routes at lines %d and %d both listen on %s: give each a name", path, fc.Routes[i].Line, first, fc.Routes[i].Line, k))
+				errs = append(errs, fmt.Errorf("%s: line %d: the routes at lines %d and %d both listen on %s: give each a name", path, n.Line, first, n.Line, k))
 				continue
 			}
-			unnamed[k] = fc.Routes[i].Line
+			unnamed[k] = n.Line
 		}
 		cfg.Routes = append(cfg.Routes, r)
 	}
 	return cfg, fc, errors.Join(errs...)
+}
+
+// decodeRoute decodes the route n, the i-th of the file (from 1), over
+// defaults and maps it onto a relay.Route.
+func decodeRoute(n *yaml.Node, i int, defaults routeSpec) (relay.Route, error) {
+	spec := defaults.own()
+	// A route's own target or targets replaces both defaults.
+	if hasKey(n, "target") || hasKey(n, "targets") {
+		delete(spec, "target")
+		delete(spec, "targets")
+	}
+	if err := n.Decode(&spec); err != nil {
+		return relay.Route{}, fmt.Errorf("route %d: %s", i, oneLine(err))
+	}
+	spec.dropMisfits(func(key string) bool { return hasKey(n, key) })
+	r, err := spec.route()
+	if err != nil {
+		return r, fmt.Errorf("line %d: %w", n.Line, err)
+	}
+	return r, nil
+}
+
+// readFile reads the config file's top level, checking the whole file
+// strictly: an unknown key or a wrong value anywhere is reported at its
+// line.
+func readFile(path string) (fileConfig, error) {
+	var fc fileConfig
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fc, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&fc); err != nil {
+		if err == io.EOF {
+			return fc, fmt.Errorf("%s: empty config file", path)
+		}
+		return fc, fmt.Errorf("%s: %s", path, oneLine(err))
+	}
+	// A later document, unless it is empty (a trailing ---), would be
+	// ignored by a single Decode: refuse it.
+	for {
+		var more yaml.Node
+		err := dec.Decode(&more)
+		if err == io.EOF {
+			break
+		}
+		if err == nil && emptyDoc(&more) {
+			continue
+		}
+		return fc, fmt.Errorf("%s: more than one YAML document (a second --- line); put every route in one", path)
+	}
+	// The defaults and routes are decoded below node by node, which
+	// yaml cannot do strictly: check the whole file strictly first.
+	var strict fileOf[routeSpec]
+	sdec := yaml.NewDecoder(bytes.NewReader(data))
+	sdec.KnownFields(true)
+	if err := sdec.Decode(&strict); err != nil {
+		return fc, fmt.Errorf("%s: %s", path, oneLine(err))
+	}
+	if fc.ShutdownTimeout < 0 {
+		return fc, fmt.Errorf("%s: shutdown_timeout %v is negative", path, fc.ShutdownTimeout)
+	}
+	return fc, nil
 }
 
 // oneLine folds yaml's multi-line error lists into one line, and names
@@ -305,12 +290,12 @@ func oneLine(err error) string {
 var (
 	unknownField = regexp.MustCompile(`field (\S+) not found in type \S+`)
 	// intoType is the Go type at the end of yaml's "cannot unmarshal
-	// !!seq into main.routeSpec", which goTypes says in the file's terms.
+	// !!seq into main.routeFields", which goTypes says in the file's terms.
 	intoType = regexp.MustCompile(` into \S+$| into \S+(;|\n)`)
 	goTypes  = []struct{ prefix, want string }{
 		{"main.fileOf[", "a mapping of settings and routes"},
-		{"main.routeSpec", "a mapping of route settings"},
-		{"main.healthSpec", "a mapping (interval, timeout, rise, fall)"},
+		{"main.routeFields", "a mapping of route settings"},
+		{"main.healthFields", "a mapping (interval, timeout, rise, fall)"},
 		{"main.plain", "a URL or a mapping (url, weight)"},
 		{"[]main.targetSpec", "a list of targets"},
 		{"[]yaml.Node", "a list of routes"},
@@ -320,143 +305,6 @@ var (
 		{"bool", "true or false"},
 	}
 )
-
-// route maps a spec onto a relay.Route: it parses what is written as
-// text (addresses, CIDRs, modes, names) and leaves every check of values
-// to relay.Route's validation, the same for flags and files.
-func (s routeSpec) route() (relay.Route, error) {
-	name := s.Name
-	if name == "" {
-		name = s.Listen
-	}
-	fail := func(format string, args ...any) (relay.Route, error) {
-		return relay.Route{}, fmt.Errorf("route %q: "+format, append([]any{name}, args...)...)
-	}
-	if s.Listen == "" || (s.Target == "" && len(s.Targets) == 0) {
-		return fail("needs a listen address and a target (target: URL, or targets: a list)")
-	}
-	if s.Target != "" && len(s.Targets) > 0 {
-		return fail("give target or targets, not both")
-	}
-	listen, err := relay.ParseAddr(s.Listen)
-	if err != nil {
-		return fail("listen: %v", err)
-	}
-	r := relay.Route{
-		Name: s.Name, Listen: listen, Workers: int(s.Workers), Balance: relay.Balance(s.Balance),
-		DialTimeout: time.Duration(s.DialTimeout), IdleTimeout: time.Duration(s.IdleTimeout),
-		MaxConns: int(s.MaxConns), MaxConnsPerClient: int(s.MaxConnsPerClient),
-		AcceptProxy: s.AcceptProxy, ProxyHeaderTimeout: time.Duration(s.ProxyHeaderTimeout),
-		KeepAlive: time.Duration(s.KeepAlive), Nagle: s.Nagle,
-		SessionTimeout: time.Duration(s.SessionTimeout), MaxSessions: int(s.MaxSessions), UDPBuffer: int(s.UDPBuffer),
-		SNI: s.SNI, ALPN: s.ALPN, PeekTimeout: time.Duration(s.PeekTimeout), ListenOverlap: s.ListenOverlap,
-	}
-	if s.Target != "" {
-		s.Targets = []targetSpec{{URL: s.Target}}
-	}
-	for _, t := range s.Targets {
-		a, err := relay.ParseAddr(t.URL)
-		if err != nil {
-			return fail("target: %v", err)
-		}
-		w := 1
-		if t.Weight != nil {
-			w = int(*t.Weight)
-		}
-		r.Targets = append(r.Targets, relay.Target{Addr: a, Weight: w})
-	}
-	if h := s.HealthCheck; h != nil {
-		r.HealthCheck = relay.HealthCheck{Interval: time.Duration(h.Interval), Timeout: time.Duration(h.Timeout), Rise: int(h.Rise), Fall: int(h.Fall)}
-	}
-	for _, l := range []struct {
-		what string
-		in   []string
-		out  *[]netip.Prefix
-	}{{"allow", s.Allow, &r.Allow}, {"deny", s.Deny, &r.Deny}, {"trusted_proxies", s.TrustedProxies, &r.TrustedProxies}} {
-		for _, c := range l.in {
-			p, err := parseCIDR(c)
-			if err != nil {
-				return fail("%s: %v", l.what, err)
-			}
-			*l.out = append(*l.out, p)
-		}
-	}
-	if s.ownUnix || listen.Network == "unix" && !strings.HasPrefix(listen.Address, "@") {
-		if s.UnixMode != "" {
-			m, err := parseMode(s.UnixMode)
-			if err != nil {
-				return fail("unix_mode: %v", err)
-			}
-			r.UnixMode = m
-		}
-		r.UnixUser, r.UnixGroup = s.UnixUser, s.UnixGroup
-	}
-	switch strings.ToLower(s.SendProxy) {
-	case "", "none", "off":
-	case "v1", "1":
-		r.SendProxy = 1
-	case "v2", "2":
-		r.SendProxy = 2
-	default:
-		return fail("send_proxy %q: want v1 or v2", s.SendProxy)
-	}
-	return r, nil
-}
-
-// dropInapplicable clears the settings s inherited (from the file's
-// defaults or the flags) that cannot apply to its kind of listen address:
-// health checks, the PROXY protocol and the stream settings (connection
-// limits, dial and idle timeouts, keep-alive, Nagle, peek timeout) on a
-// UDP route, the UDP settings (session timeout and limit, buffer) on a
-// stream route, several workers on a Unix socket. A default is meant for
-// the routes it fits, as unix_mode is; without this, --health-interval or
-// a defaults' send_proxy made every UDP route in the file an error.
-// Written in the route itself (own reports the route's keys), such a
-// setting is still refused.
-func (s *routeSpec) dropInapplicable(own func(key string) bool) {
-	l, err := relay.ParseAddr(s.Listen)
-	if err != nil {
-		return // route reports it
-	}
-	drop := func(key string, clear func()) {
-		if !own(key) {
-			clear()
-		}
-	}
-	if l.Datagram() {
-		drop("health_check", func() { s.HealthCheck = nil })
-		drop("send_proxy", func() { s.SendProxy = "" })
-		drop("accept_proxy", func() { s.AcceptProxy = false })
-		drop("trusted_proxies", func() { s.TrustedProxies = nil })
-		drop("max_conns", func() { s.MaxConns = 0 })
-		drop("max_conns_per_client", func() { s.MaxConnsPerClient = 0 })
-		drop("dial_timeout", func() { s.DialTimeout = 0 })
-		drop("idle_timeout", func() { s.IdleTimeout = 0 })
-		drop("keepalive", func() { s.KeepAlive = 0 })
-		drop("nagle", func() { s.Nagle = false })
-		drop("proxy_header_timeout", func() { s.ProxyHeaderTimeout = 0 })
-		drop("peek_timeout", func() { s.PeekTimeout = 0 })
-	} else {
-		drop("session_timeout", func() { s.SessionTimeout = 0 })
-		drop("max_sessions", func() { s.MaxSessions = 0 })
-		drop("udp_buffer", func() { s.UDPBuffer = 0 })
-	}
-	if l.Network == "unix" {
-		drop("workers", func() { s.Workers = 0 })
-	}
-}
-
-// own returns a copy of s whose health_check is its own: decoding a
-// route's (or the defaults') health_check into the copy merges it over
-// s's fields without changing s, which later routes, and the next
-// reload, read as their defaults.
-func (s routeSpec) own() routeSpec {
-	if s.HealthCheck != nil {
-		h := *s.HealthCheck
-		s.HealthCheck = &h
-	}
-	return s
-}
 
 // hasKey reports whether the mapping node n, an alias of one, or a
 // mapping merged into it with <<, has key.
@@ -470,12 +318,6 @@ func hasKey(n *yaml.Node, key string) bool {
 		}
 	}
 	return false
-}
-
-// setsUnix reports whether s gives a Unix socket file's mode, owner or
-// group.
-func (s routeSpec) setsUnix() bool {
-	return s.UnixMode != "" || s.UnixUser != "" || s.UnixGroup != ""
 }
 
 // parseMode reads a file mode in octal, as chmod(1) takes it: 660, 0660 or

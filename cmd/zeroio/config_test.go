@@ -48,7 +48,7 @@ routes:
 routes:
   - {name: a, listen: unix:///run/a.sock, target: tcp://127.0.0.1:1}
   - {name: b, listen: tcp://127.0.0.1:0, target: tcp://127.0.0.1:1}
-`), routeSpec{UnixMode: "600"})
+`), routeSpec{"unix_mode": "600"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ routes:
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	flags := routeSpec{HealthCheck: &healthSpec{Timeout: duration(time.Second)}}
+	flags := routeSpec{"health_check": healthSpec{Timeout: duration(time.Second)}}
 	for range 2 { // a reload reads the file over the same flags
 		cfg, _, err := loadFile(p, flags)
 		if err != nil {
@@ -170,8 +170,8 @@ routes:
 				t.Errorf("route %s: health check %+v, want %+v", r.Name, r.HealthCheck, want[r.Name])
 			}
 		}
-		if *flags.HealthCheck != (healthSpec{Timeout: duration(time.Second)}) {
-			t.Fatalf("the flags' health check became %+v", *flags.HealthCheck)
+		if flags["health_check"] != (healthSpec{Timeout: duration(time.Second)}) {
+			t.Fatalf("the flags' health check became %+v", flags["health_check"])
 		}
 	}
 }
@@ -292,8 +292,8 @@ func TestConfigDefaultsFitTheRoute(t *testing.T) {
 	}
 	check(cfg)
 	write(routes)
-	cfg, _, err = loadFile(p, routeSpec{HealthCheck: &healthSpec{Interval: duration(2 * time.Second)}, SendProxy: "v2", Workers: 2,
-		IdleTimeout: duration(5 * time.Second), MaxConns: 7, MaxSessions: 9})
+	cfg, _, err = loadFile(p, routeSpec{"health_check": healthSpec{Interval: duration(2 * time.Second)}, "send_proxy": "v2", "workers": integer(2),
+		"idle_timeout": duration(5 * time.Second), "max_conns": integer(7), "max_sessions": integer(9)})
 	if err != nil {
 		t.Fatal(err)
 	}

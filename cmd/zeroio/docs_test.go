@@ -74,14 +74,28 @@ func yamlKeys(t reflect.Type, seen map[reflect.Type]bool) []string {
 	if seen == nil {
 		seen = map[reflect.Type]bool{}
 	}
-	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array || t.Kind() == reflect.Map {
+	for t != reflect.TypeFor[routeSpec]() && (t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array || t.Kind() == reflect.Map) {
 		t = t.Elem()
 	}
-	if t.Kind() != reflect.Struct || seen[t] {
+	if seen[t] {
 		return nil
 	}
 	seen[t] = true
 	var keys []string
+	if t == reflect.TypeFor[routeSpec]() { // a map of routeSettings' values
+		for _, st := range routeSettings {
+			keys = append(keys, st.key)
+			for _, k := range yamlKeys(st.typ, seen) {
+				if !slices.Contains(keys, k) {
+					keys = append(keys, k)
+				}
+			}
+		}
+		return keys
+	}
+	if t.Kind() != reflect.Struct {
+		return nil
+	}
 	for i := range t.NumField() {
 		f := t.Field(i)
 		name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")

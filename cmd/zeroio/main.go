@@ -32,6 +32,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "help", "-h", "-help", "--help":
+		if len(args) > 1 && args[1] == "relay" {
+			relayHelpAll(stdout) // every flag; zeroio relay --help is short
+			return 0
+		}
 		usage(stdout)
 		return 0
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -363,7 +364,27 @@ func TestHelp(t *testing.T) {
 		if args[0] == "relay" && (!bytes.Contains(out, []byte("Examples:")) || !bytes.Contains(out, []byte("-idle-timeout"))) {
 			t.Fatalf("relay help lacks examples or flags:\n%s", out)
 		}
+		if args[0] == "relay" && (bytes.Count(out, []byte("\n")) > 50 || !bytes.Contains(out, []byte("docs/relay.md"))) {
+			t.Fatalf("relay help: want at most 50 lines and a pointer to docs/relay.md:\n%s", out)
+		}
 	}
+	// The short help names flags that exist; zeroio help relay lists
+	// every one.
+	fs := newRelayFlags().fs
+	for _, m := range mostUsed {
+		if fs.Lookup(m.name) == nil {
+			t.Errorf("relay --help names %s, which is no flag", m.name)
+		}
+	}
+	out, err := exec.Command(binary, "help", "relay").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		if !regexp.MustCompile(`\n  -` + regexp.QuoteMeta(f.Name) + `[ \t\n]`).Match(out) {
+			t.Errorf("zeroio help relay lacks -%s", f.Name)
+		}
+	})
 }
 
 // TestRelayBinary runs the real binary on loopback: hash-verified streams
