@@ -48,6 +48,10 @@ func (r *Route) validateQUICLB(bad func(string, ...any)) {
 	if q == nil {
 		return
 	}
+	if q.ServerIDLen == 0 && q.NonceLen == 0 && len(q.Servers) > 0 {
+		bad("quic_lb: server IDs are given, but not the layout of the connection IDs (server_id_len, nonce_len)")
+		return
+	}
 	if err := q.layout().Validate(); err != nil {
 		bad("quic_lb: %v", err)
 		return

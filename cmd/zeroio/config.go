@@ -22,8 +22,9 @@ import (
 // targetSpec is one entry of a route's targets: a URL, or a mapping
 // with the URL and a weight.
 type targetSpec struct {
-	URL    string   `yaml:"url"`
-	Weight *integer `yaml:"weight"`
+	URL      string   `yaml:"url"`
+	Weight   *integer `yaml:"weight"`
+	ServerID string   `yaml:"server_id"` // hex: the target's QUIC-LB server ID (see quic_lb)
 }
 
 func (t *targetSpec) UnmarshalYAML(n *yaml.Node) error {
@@ -33,7 +34,7 @@ func (t *targetSpec) UnmarshalYAML(n *yaml.Node) error {
 	}
 	// Node.Decode is not strict (it has no KnownFields switch), so the
 	// keys are checked here, at the line they are on.
-	if err := checkKeys(n, "url", "weight"); err != nil {
+	if err := checkKeys(n, "url", "weight", "server_id"); err != nil {
 		return err
 	}
 	type plain targetSpec
@@ -108,6 +109,33 @@ func (i *integer) UnmarshalYAML(n *yaml.Node) error {
 		return err
 	}
 	*i = integer(v)
+	return nil
+}
+
+// quicLBSpec is a UDP route's quic_lb: the layout of the QUIC-LB
+// connection IDs its targets issue (each target's server_id is given
+// with the target).
+type quicLBSpec struct {
+	ConfigID    integer `yaml:"config_id"`
+	ServerIDLen integer `yaml:"server_id_len"`
+	NonceLen    integer `yaml:"nonce_len"`
+}
+
+// quicLBFields names, in yaml's errors, the mapping a quic_lb should be.
+type quicLBFields quicLBSpec
+
+// UnmarshalYAML decodes a quic_lb, refusing unknown keys at their line.
+func (q *quicLBSpec) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.MappingNode {
+		if err := checkKeys(n, "config_id", "server_id_len", "nonce_len"); err != nil {
+			return err
+		}
+	}
+	p := quicLBFields(*q)
+	if err := n.Decode(&p); err != nil {
+		return err
+	}
+	*q = quicLBSpec(p)
 	return nil
 }
 

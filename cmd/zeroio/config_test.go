@@ -428,3 +428,60 @@ func TestConfigTypeErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigQUICLB: a UDP route's quic_lb gives the layout of its
+// targets' connection IDs and each target its server_id (hex), in either
+// order; a route's quic_lb is read over the defaults' (as health_check
+// is), and a quic_lb in the defaults reaches UDP routes only.
+func TestConfigQUICLB(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "r.yaml")
+	if err := os.WriteFile(p, []byte(`
+defaults:
+  quic_lb: {config_id: 1, server_id_len: 2, nonce_len: 8}
+routes:
+  - name: q
+    listen: udp://127.0.0.1:1000
+    targets:
+      - {url: udp://127.0.0.1:2000, server_id: "0a01"}
+      - {url: udp://127.0.0.1:2001, server_id: "0A02", weight: 2}
+  - name: own
+    quic_lb: {server_id_len: 1, nonce_len: 4}
+    listen: udp://127.0.0.1:1001
+    targets: [{url: udp://127.0.0.1:2002, server_id: "ff"}]
+  - {name: s, listen: tcp://127.0.0.1:1002, target: tcp://127.0.0.1:2000}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, err := loadFile(p, routeSpec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]relay.Route{}
+	for _, r := range cfg.Routes {
+		byName[r.Name] = r
+	}
+	q := byName["q"].QUICLB
+	if q == nil || q.ConfigID != 1 || q.ServerIDLen != 2 || q.NonceLen != 8 || len(q.Servers) != 2 ||
+		string(q.Servers[1].ID) != "\x0a\x02" || q.Servers[1].Target.Address != "127.0.0.1:2001" {
+		t.Fatalf("route q: %+v", q)
+	}
+	if o := byName["own"].QUICLB; o == nil || o.ServerIDLen != 1 || o.ConfigID != 1 || string(o.Servers[0].ID) != "\xff" {
+		t.Fatalf("route own: %+v", o)
+	}
+	if byName["s"].QUICLB != nil {
+		t.Fatal("the defaults' quic_lb reached a stream route")
+	}
+	if _, err := relay.New(cfg); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.WriteFile(p, []byte(`
+routes:
+  - {name: q, listen: udp://127.0.0.1:1000, targets: [{url: udp://127.0.0.1:2000, server_id: "zz"}]}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := loadFile(p, routeSpec{}); err == nil || !strings.Contains(err.Error(), "server_id") {
+		t.Fatalf("server_id not hex: %v", err)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"reflect"
@@ -76,6 +77,7 @@ var routeSettings = []setting{
 		durationFlag("session-timeout", fmt.Sprintf("end a UDP session after this long without a datagram (`duration`, default %v)", relay.DefaultSessionTimeout))),
 	opt("max_sessions", intTo(func(r *relay.Route) *int { return &r.MaxSessions }),
 		intFlag("max-sessions", fmt.Sprintf("limit of concurrent UDP sessions per route (`N`, default %d)", relay.DefaultMaxSessions))),
+	opt("quic_lb", applyQUICLB),
 	opt("udp_buffer", intTo(func(r *relay.Route) *int { return &r.UDPBuffer }),
 		intFlag("udp-buffer", fmt.Sprintf("receive and send buffer of a UDP route's sockets (listening and per session), in `bytes` (default %d)", relay.DefaultUDPBuffer))),
 	opt("unix_mode", applyUnixMode,
@@ -191,7 +193,30 @@ func applyTargets(ts []targetSpec, r *relay.Route) error {
 			w = int(*t.Weight)
 		}
 		r.Targets = append(r.Targets, relay.Target{Addr: a, Weight: w})
+		if t.ServerID != "" {
+			id, err := hex.DecodeString(t.ServerID)
+			if err != nil || len(id) == 0 {
+				return fmt.Errorf("target %s: server_id %q: want the server ID in hex", t.URL, t.ServerID)
+			}
+			if r.QUICLB == nil {
+				r.QUICLB = &relay.QUICLB{}
+			}
+			r.QUICLB.Servers = append(r.QUICLB.Servers, relay.QUICServer{Target: a, ID: id})
+		}
 	}
+	return nil
+}
+
+// applyQUICLB sets the layout of the route's QUIC-LB connection IDs,
+// keeping the server IDs its targets gave.
+func applyQUICLB(q quicLBSpec, r *relay.Route) error {
+	if q.ConfigID < 0 || q.ConfigID > 255 {
+		return fmt.Errorf("quic_lb: config_id %d: want 0 to 6", q.ConfigID)
+	}
+	if r.QUICLB == nil {
+		r.QUICLB = &relay.QUICLB{}
+	}
+	r.QUICLB.ConfigID, r.QUICLB.ServerIDLen, r.QUICLB.NonceLen = uint8(q.ConfigID), int(q.ServerIDLen), int(q.NonceLen)
 	return nil
 }
 
