@@ -12,5 +12,5 @@
 //
 // The raw socket calls the loops make are package internal/nbsys's.
 //
-// The Wheel is portable; the rest is Linux-only.
+// The Wheel and ReserveProcs are portable; the rest is Linux-only.
 package evloop
