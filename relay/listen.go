@@ -12,8 +12,14 @@ import (
 	"time"
 )
 
-// listenStream opens r.Workers listeners for a stream route.
+// listenStream opens r.Workers listeners for a stream route, refusing an
+// address another process serves (checkUnbound).
 func listenStream(r *Route) ([]net.Listener, error) {
+	if r.Workers > 1 && r.Listen.Network != "unix" {
+		if err := checkUnbound(r.Listen.Network, r.Listen.Address); err != nil {
+			return nil, err
+		}
+	}
 	return listenStreamAt(r, r.Listen.Address, r.Workers, r.Workers > 1)
 }
 

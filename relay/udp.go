@@ -85,6 +85,11 @@ func listenUDP(rt *route, r *Route, res *resolved, reuse bool) (*udpRoute, error
 	if err != nil {
 		return nil, err
 	}
+	if !reuse && r.Workers > 1 {
+		if err := checkUnbound(r.Listen.Network, r.Listen.Address); err != nil {
+			return nil, err
+		}
+	}
 	u := &udpRoute{rt: rt, sessions: map[sessionKey]*session{}}
 	u.to.Store(&to)
 	u.lns, err = openUDPSocks(r, r.Listen.Address, r.Workers, reuse || r.Workers > 1)
