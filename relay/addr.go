@@ -6,8 +6,10 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Addr is a relay endpoint: a network and an address in that network.
@@ -145,4 +147,23 @@ func (a Addr) port() int {
 	}
 	n, _ := strconv.Atoi(p)
 	return n
+}
+
+// checkPath reports a Unix socket path (or abstract name) too long for a
+// socket address, which bind(2) and connect(2) refuse with EINVAL: a
+// path fills sun_path with its terminating NUL (108 bytes on Linux, 104
+// on the BSDs and darwin), a Linux abstract name fills it without one
+// (unix(7)). Other addresses pass.
+func (a Addr) checkPath() error {
+	if a.Network != "unix" {
+		return nil
+	}
+	most := len(syscall.RawSockaddrUnix{}.Path) - 1
+	if strings.HasPrefix(a.Address, "@") && runtime.GOOS == "linux" {
+		most++
+	}
+	if n := len(a.Address); n > most {
+		return fmt.Errorf("unix socket path %s is %d bytes long: at most %d fit a socket address on %s", a.Address, n, most, runtime.GOOS)
+	}
+	return nil
 }

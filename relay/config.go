@@ -252,6 +252,14 @@ func (r *Route) validate() error {
 	}
 	r.validateTargets(bad)
 	r.validateQUICLB(bad)
+	if err := r.Listen.checkPath(); err != nil {
+		bad("listen: %v", err)
+	}
+	for _, t := range r.Targets {
+		if err := t.Addr.checkPath(); err != nil {
+			bad("target: %v", err)
+		}
+	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
