@@ -42,6 +42,7 @@ type udpRoute struct {
 
 	sockLog  pauseLog // session sockets that would not open (sockFailed)
 	proxyLog pauseLog // datagrams dropped for their PROXY header (proxyFailed)
+	limitLog pauseLog // datagrams dropped at MaxSessions (dropped)
 }
 
 // udpSock is one of a route's listening sockets, with its reader's state.

@@ -131,7 +131,7 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, a *arrival, now int64, n uint
 		return s
 	}
 	if drop != nil {
-		drop.Add(n)
+		u.dropped(drop, n, r)
 		return nil
 	}
 	st := &u.rt.st
@@ -169,7 +169,7 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, a *arrival, now int64, n uint
 	if s == nil {
 		up.Close()
 		if drop != nil {
-			drop.Add(n)
+			u.dropped(drop, n, r)
 		}
 		return other
 	}
@@ -256,6 +256,24 @@ func (u *udpRoute) sockFailed(client netip.AddrPort, err error) {
 		log.Warn("UDP upstream sockets still failing", "route", u.rt.name, "failures", n, "err", err)
 	case log.Enabled(context.Background(), slog.LevelDebug):
 		log.Debug("UDP upstream socket failed", "route", u.rt.name, "client", client, "err", err)
+	}
+}
+
+// dropped counts n datagrams dropped under c, lookup's counter. At the
+// session limit it logs as u.limitLog paces it: the first drop of an
+// episode, then a count every 30 s while drops go on, never a line per
+// datagram.
+func (u *udpRoute) dropped(c *atomic.Uint64, n uint64, r *Route) {
+	c.Add(n)
+	if c != &u.rt.st.udpDropLimit {
+		return
+	}
+	switch begins, k := u.limitLog.note(); {
+	case begins:
+		u.rt.srv.log.Warn("UDP route at its session limit; datagrams of new clients are dropped",
+			"route", u.rt.name, "max_sessions", r.MaxSessions)
+	case k > 0:
+		u.rt.srv.log.Warn("UDP route still at its session limit", "route", u.rt.name, "drops", k)
 	}
 }
 
