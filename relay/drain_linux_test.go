@@ -131,3 +131,42 @@ func testUpdateQueuedDuringShutdown(t *testing.T) {
 		}
 	}
 }
+
+// Clients waiting in a stream listener's accept queue when Shutdown
+// begins (here, a route bound but not yet served) are relayed before it
+// returns, not reset by the listener's close.
+func TestShutdownServesQueuedConns(t *testing.T) { forEachEngine(t, testShutdownServesQueuedConns) }
+
+func testShutdownServesQueuedConns(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		listen func(t *testing.T) string
+	}{{"tcp", tcpAny}, {"unix", unixSock}} {
+		t.Run(tc.name, func(t *testing.T) {
+			be := startBackend(t, "tcp4", echo)
+			leakCheck(t)
+			s, _, clients := queuedServer(t, tc.listen(t), be.addr, 20)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			shut := make(chan error, 1)
+			go func() { shut <- s.Shutdown(ctx) }()
+			for i, c := range clients {
+				msg := fmt.Sprintf("client %d", i)
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				buf := make([]byte, len(msg))
+				if _, err := c.Write([]byte(msg)); err != nil {
+					t.Errorf("client %d: write: %v", i, err)
+				} else if _, err := io.ReadFull(c, buf); err != nil || string(buf) != msg {
+					t.Errorf("client %d: read %q, %v; want its echo", i, buf, err)
+				}
+				c.Close()
+			}
+			if err := <-shut; err != nil {
+				t.Errorf("Shutdown: %v", err)
+			}
+			if st := s.Stats().Routes[0]; st.Accepted != uint64(len(clients)) {
+				t.Errorf("route a counted %d accepted, want %d", st.Accepted, len(clients))
+			}
+		})
+	}
+}

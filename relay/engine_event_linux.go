@@ -146,7 +146,7 @@ func (e *eventEngine) hand(f *front, c net.Conn, wait bool) {
 		return
 	}
 	e.s.mu.Lock()
-	closed := e.s.closed
+	closed := e.s.sealed
 	e.s.mu.Unlock()
 	if closed {
 		nbsys.Close(fd)

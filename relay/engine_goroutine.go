@@ -148,7 +148,7 @@ func (e *goroutineEngine) track(p *pair) bool {
 	s := e.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.sealed {
 		return false
 	}
 	e.conns[p] = struct{}{}

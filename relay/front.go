@@ -93,10 +93,10 @@ func (f *front) serve(from int) {
 	}
 }
 
-// stop closes f's listeners; accept loops exit, relays go on. With drain
-// (a reload) it first takes what they queued, to be handed over once s.mu
-// (held) is free; without (Shutdown) the close resets those.
-func (f *front) stop(drain bool) []queuedConn {
+// stop closes f's listeners; accept loops exit, relays go on. It first
+// takes what they queued (closeQueued), to be handed over once s.mu
+// (held) is free, by a reload or Shutdown, rather than reset by the close.
+func (f *front) stop() []queuedConn {
 	select {
 	case <-f.done:
 		return nil
@@ -104,23 +104,12 @@ func (f *front) stop(drain bool) []queuedConn {
 	}
 	close(f.done)
 	var queue []queuedConn
-	if drain {
-		for _, ln := range f.lns {
-			for _, c := range closeQueued(ln) {
-				queue = append(queue, queuedConn{f, c})
-			}
+	for _, ln := range f.lns {
+		for _, c := range closeQueued(ln) {
+			queue = append(queue, queuedConn{f, c})
 		}
-	} else {
-		closeAll(f.lns)
 	}
-	q := f.flushRetiring()
-	if !drain {
-		for _, h := range q {
-			h.c.Close()
-		}
-		q = nil
-	}
-	return append(queue, q...)
+	return append(queue, f.flushRetiring()...)
 }
 
 // acceptFailed counts an accept error on f and on each of its routes.

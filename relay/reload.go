@@ -288,7 +288,7 @@ func (p *plan) commit(cfg Config) []queuedConn {
 	}
 	for k, f := range s.fronts {
 		if p.fronts[k] != f {
-			queue = append(queue, f.stop(true)...)
+			queue = append(queue, f.stop()...)
 		}
 	}
 	s.fronts = p.fronts

@@ -36,6 +36,7 @@ type Server struct {
 	mu       sync.Mutex
 	started  bool
 	closed   bool
+	sealed   bool              // Shutdown has handed on what was queued: no connection starts
 	stopping chan struct{}     // closed when Shutdown begins
 	cfg      Config            // the running configuration, normalized
 	routes   map[string]*route // by name
@@ -220,25 +221,37 @@ func (s *Server) Addrs(route string) []net.Addr {
 }
 
 // Shutdown stops accepting and ends UDP sessions, then waits for stream
-// relays in flight to finish by themselves. When ctx ends first, it closes
-// the remaining connections, cancelling dials in progress, and returns
-// ctx.Err(). It returns once every goroutine the Server started has
-// exited.
+// relays in flight to finish by themselves. Clients waiting in a stream
+// listener's accept queue (handshake done, not yet accepted) are taken
+// from it as it closes and relayed like the others, not reset, as a
+// reload does (Linux); those over a limit are closed. When ctx ends
+// first, it closes the remaining connections, cancelling dials in
+// progress, and returns ctx.Err(). It returns once every goroutine the
+// Server started has exited.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	if !s.closed {
 		close(s.stopping)
 	}
 	s.closed = true
+	var queued []queuedConn
 	for _, f := range s.fronts {
-		f.stop(false)
+		queued = append(queued, f.stop()...)
 	}
 	for _, rt := range s.routes {
 		rt.stop()
 		rt.targets().close()
 	}
+	s.serveWG.Add(1) // as Update's hand-over
 	s.mu.Unlock()
+	for _, h := range queued { // the engine takes s.mu
+		s.eng.serveQueued(h.f, h.c)
+	}
+	s.serveWG.Done()
 	s.serveWG.Wait()
+	s.mu.Lock()
+	s.sealed = true
+	s.mu.Unlock()
 
 	done := make(chan struct{})
 	go func() { s.connWG.Wait(); close(done) }()
