@@ -27,20 +27,22 @@ import (
 //     consistent; nginx-rr (--full): its default round-robin.
 //
 // Cases, each client a socket of its own on 127.0.0.1:
-//   - handshake: new connections, quicHandshakers at a time, each closed
+//   - handshake: new connections, quicClients at a time, each closed
 //     once its handshake completes; handshakes per second and the
 //     relay's CPU per connection;
 //   - bulk: one connection uploading size bytes per op on a new stream;
 //     MB/s and the relay's CPU seconds per GiB;
-//   - rebind: a connection per op echoing quicRebindSize bytes through a
-//     NAT shim that moves it to a new source port halfway; the share of
-//     connections whose echo comes back intact. A relay that balances
-//     by client address sends the new port to any server, the right one
-//     about 1/n of the time with n servers; the others reset it.
+//   - rebind: conns connections per op (quicClients at a time), each
+//     echoing echo bytes through a NAT shim of its own that moves it to a
+//     new source port halfway; the share of connections whose echo comes
+//     back intact. A relay that balances by client address sends the new
+//     port to any server, the right one about 1/n of the time with n
+//     servers; the others reset it.
 
-// quicHandshakers is how many clients connect at once in the handshake
-// case: enough that the relay is never idle while one client computes.
-const quicHandshakers = 4
+// quicClients is how many clients connect at once in the handshake and
+// rebind cases: enough that the relay is never idle while one client
+// computes.
+const quicClients = 4
 
 // relayQUICImpls are the relays the suite compares, those that run here.
 func relayQUICImpls(sc Scale) []string {
@@ -55,12 +57,12 @@ func relayQUICImpls(sc Scale) []string {
 }
 
 func relayQUICCases(sc Scale) []Case {
-	sizes, echo := []int{8 << 20}, 256<<10
+	sizes, echo, conns := []int{8 << 20}, 256<<10, 16
 	switch sc {
 	case Quick:
-		sizes, echo = []int{1 << 20}, 64<<10
+		sizes, echo, conns = []int{1 << 20}, 64<<10, 8
 	case Full:
-		sizes = []int{8 << 20, 32 << 20}
+		sizes, conns = []int{8 << 20, 32 << 20}, 32
 	}
 	impls := relayQUICImpls(sc)
 	var cs []Case
@@ -73,7 +75,7 @@ func relayQUICCases(sc Scale) []Case {
 		}
 	}
 	for _, impl := range impls {
-		cs = append(cs, Case{"case=rebind/impl=" + impl, func(b *testing.B) { runQUICRebind(b, impl, echo) }})
+		cs = append(cs, Case{"case=rebind/impl=" + impl, func(b *testing.B) { runQUICRebind(b, impl, conns, echo) }})
 	}
 	return cs
 }
@@ -116,33 +118,45 @@ func runQUICHandshakes(b *testing.B, impl string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	b.ReportAllocs()
-	var next atomic.Int64
-	var failed error
-	var once sync.Once
-	var wg sync.WaitGroup
 	cpu0 := treeCPUNs(p)
 	start := time.Now()
 	b.ResetTimer()
-	for range quicHandshakers {
+	err := inTurns(b.N, func() error {
+		_, done, err := dialQUICVia(ctx, addr, f.cli, quicConfig)
+		if err == nil {
+			done()
+		}
+		return err
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err != nil {
+		fatal(b, fmt.Errorf("handshake through %s: %w", impl, err))
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "handshakes/s")
+	b.ReportMetric(float64(treeCPUNs(p)-cpu0)/1e3/float64(b.N), "cpu-µs/conn")
+}
+
+// inTurns calls do n times, quicClients calls at a time, and returns the
+// first error; once one failed, no further call starts.
+func inTurns(n int, do func() error) error {
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	for range quicClients {
 		wg.Go(func() {
-			for next.Add(1) <= int64(b.N) {
-				_, done, err := dialQUICVia(ctx, addr, f.cli, quicConfig)
-				if err != nil {
-					once.Do(func() { failed = err })
-					return
+			for failed.Load() == nil && next.Add(1) <= int64(n) {
+				if err := do(); err != nil {
+					failed.CompareAndSwap(nil, &err)
 				}
-				done()
 			}
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if failed != nil {
-		fatal(b, fmt.Errorf("handshake through %s: %w", impl, failed))
+	if err := failed.Load(); err != nil {
+		return *err
 	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "handshakes/s")
-	b.ReportMetric(float64(treeCPUNs(p)-cpu0)/1e3/float64(b.N), "cpu-µs/conn")
+	return nil
 }
 
 func runQUICBulk(b *testing.B, impl string, size int) {
@@ -176,7 +190,7 @@ func runQUICBulk(b *testing.B, impl string, size int) {
 // fail when no reset reaches it: a loopback echo takes milliseconds.
 var quicRebindConfig = &quic.Config{MaxIdleTimeout: 2 * time.Second, HandshakeIdleTimeout: 2 * time.Second}
 
-func runQUICRebind(b *testing.B, impl string, size int) {
+func runQUICRebind(b *testing.B, impl string, conns, size int) {
 	f, _, addr, stop := quicBehind(b, impl)
 	defer stop()
 	data := make([]byte, size)
@@ -184,39 +198,43 @@ func runQUICRebind(b *testing.B, impl string, size int) {
 	want := sha256.Sum256(data)
 	// Half the datagrams an upload of size takes, after the handshake's.
 	after := 4 + size/2800
-	// No SetBytes: a connection the relay loses ends early, and MB/s
-	// would count that as speed.
-	b.ReportAllocs()
 	// Every shim's sockets stay open until the case ends, so that the
 	// kernel gives no later shim a port an earlier connection used: the
 	// relays keep a session per client address until it times out, and a
 	// datagram from an address that has one goes to that session's
 	// server, whatever connection it belongs to. A rebinding onto such a
 	// port is another case than the one measured here.
+	var mu sync.Mutex
 	var shims []*rebinder
 	defer func() {
 		for _, r := range shims {
 			r.close()
 		}
 	}()
-	survived := 0
+	// No SetBytes: a connection the relay loses ends early, and MB/s
+	// would count that as speed.
+	b.ReportAllocs()
+	var survived atomic.Int64
 	b.ResetTimer()
-	for range b.N {
+	err := inTurns(b.N*conns, func() error {
 		r, err := newRebinder(addr, after)
 		if err != nil {
-			fatal(b, err)
+			return err
 		}
+		mu.Lock()
 		shims = append(shims, r)
+		mu.Unlock()
 		ok, err := rebindEcho(r, f.cli, data, want)
-		if err != nil {
-			fatal(b, err)
-		}
 		if ok {
-			survived++
+			survived.Add(1)
 		}
-	}
+		return err
+	})
 	b.StopTimer()
-	b.ReportMetric(100*float64(survived)/float64(b.N), "survived-%")
+	if err != nil {
+		fatal(b, err)
+	}
+	b.ReportMetric(100*float64(survived.Load())/float64(b.N*conns), "survived-%")
 }
 
 // rebindEcho echoes data over a new connection through r, which moves it
