@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"time"
 )
 
 // The peers that run in a process group of their own (nginx, HAProxy,
@@ -32,6 +33,13 @@ func startChild(cmd *exec.Cmd) (<-chan struct{}, error) {
 	defer children.Unlock()
 	if children.stopping {
 		return nil, errStopping
+	}
+	// A child's own children (socat forks one per client) inherit the
+	// pipe its stderr is copied from, and Wait waits for that copy to
+	// end: with WaitDelay it returns once the child has exited and the
+	// delay is over, whoever still holds the pipe (os/exec: Cmd.WaitDelay).
+	if cmd.WaitDelay == 0 {
+		cmd.WaitDelay = time.Second
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, err

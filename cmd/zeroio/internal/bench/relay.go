@@ -365,7 +365,11 @@ func (p *relayProc) stop() {
 	select {
 	case <-done:
 	case <-time.After(2 * time.Second):
-		p.cmd.Process.Kill()
+		if p.stdin == nil {
+			killGroup(p.cmd, true) // the forked children too: they may hold its stderr
+		} else {
+			p.cmd.Process.Kill()
+		}
 		<-done
 	}
 	if p.stdin == nil {
