@@ -56,7 +56,7 @@
 //   - [Route.MaxConnsPerClient], which needs the client's address,
 //     accepts the client and closes it at once.
 //   - A UDP route at [Route.MaxSessions] drops the datagrams of new
-//     clients and counts them.
+//     clients, counts them and logs once per episode.
 //
 // When accept fails for lack of descriptors (EMFILE), the accept loop
 // backs off from 5 ms to 1 s instead of spinning, logging once per
