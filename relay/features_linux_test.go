@@ -89,6 +89,18 @@ func pingClients(t *testing.T, s *Server, n int) {
 	}
 }
 
+// heldClient is a client of route "r" of s, relayed (a ping went through)
+// and held open until the test ends.
+func heldClient(t *testing.T, s *Server) net.Conn {
+	t.Helper()
+	c := dialRoute(t, s, "r")
+	t.Cleanup(func() { c.Close() })
+	if err := ping(c); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func featureRoundRobin(t *testing.T) {
 	a, b := startBackend(t, "tcp4", echo), startBackend(t, "tcp4", echo)
 	s := startRelay(t, targetsRoute(nil, a.addr, b.addr))
@@ -103,13 +115,8 @@ func featureRoundRobin(t *testing.T) {
 func featureLeastConn(t *testing.T) {
 	a, b := startBackend(t, "tcp4", echo), startBackend(t, "tcp4", echo)
 	s := startRelay(t, targetsRoute(func(r *Route) { r.Balance = LeastConn }, a.addr, b.addr))
-	for i := range 2 {
-		c := dialRoute(t, s, "r")
-		defer c.Close()
-		if err := ping(c); err != nil {
-			t.Fatalf("client %d: %v", i, err)
-		}
-	}
+	heldClient(t, s)
+	heldClient(t, s)
 	if n0, n1 := targetStats(s, 0).Active, targetStats(s, 1).Active; n0 != 1 || n1 != 1 {
 		t.Errorf("targets hold %d and %d of 2 clients, want 1 each", n0, n1)
 	}
@@ -177,11 +184,7 @@ func featureACL(t *testing.T, allow, deny string, ok bool) {
 func featureMaxConns(t *testing.T) {
 	be := startBackend(t, "tcp4", echo)
 	s := startRelay(t, route0("127.0.0.1:0", be.addr, func(r *Route) { r.MaxConns = 1 }))
-	first := dialRoute(t, s, "r")
-	defer first.Close()
-	if err := ping(first); err != nil {
-		t.Fatal(err)
-	}
+	first := heldClient(t, s)
 	second := dialRoute(t, s, "r")
 	defer second.Close()
 	waitFor(t, func() bool { return s.Stats().Routes[0].AcceptPaused })
@@ -196,11 +199,7 @@ func featureMaxConns(t *testing.T) {
 func featurePerClient(t *testing.T) {
 	be := startBackend(t, "tcp4", echo)
 	s := startRelay(t, route0("127.0.0.1:0", be.addr, func(r *Route) { r.MaxConnsPerClient = 1 }))
-	first := dialRoute(t, s, "r")
-	defer first.Close()
-	if err := ping(first); err != nil {
-		t.Fatal(err)
-	}
+	first := heldClient(t, s)
 	second := dialRoute(t, s, "r")
 	defer second.Close()
 	if !waitClosed(second, 5*time.Second) {
