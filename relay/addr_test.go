@@ -65,31 +65,36 @@ func TestConfigErrors(t *testing.T) {
 	tcp := Addr{Network: "tcp", Address: "127.0.0.1:1"}
 	udp := Addr{Network: "udp", Address: "127.0.0.1:1"}
 	tcp2, udp2 := Addr{Network: "tcp", Address: "127.0.0.1:2"}, Addr{Network: "udp", Address: "127.0.0.1:2"}
-	for name, cfg := range map[string]Config{
-		"empty":            {},
-		"no target":        {Routes: []Route{{Listen: tcp}}},
-		"udp to tcp":       {Routes: []Route{{Listen: udp, Target: tcp}}},
-		"proxy version":    {Routes: []Route{{Listen: tcp, Target: tcp, SendProxy: 3}}},
-		"proxy on udp":     {Routes: []Route{{Listen: udp, Target: udp, AcceptProxy: true}}},
-		"duplicate name":   {Routes: []Route{{Name: "a", Listen: tcp, Target: tcp}, {Name: "a", Listen: udp, Target: udp}}},
-		"duplicate listen": {Routes: []Route{{Name: "a", Listen: tcp, Target: tcp}, {Name: "b", Listen: tcp, Target: tcp}}},
-		"workers on unix":  {Routes: []Route{{Listen: Addr{Network: "unix", Address: "/tmp/zeroio-x.sock"}, Target: tcp, Workers: 2}}},
-		"unknown engine":   {Routes: []Route{{Listen: tcp, Target: tcp}}, Engine: "threads"},
-		"target port 0":    {Routes: []Route{{Listen: tcp, Target: Addr{Network: "tcp", Address: "127.0.0.1:0"}}}},
+	twoWays := "listen on one address written two ways"
+	for name, tc := range map[string]struct {
+		cfg  Config
+		want string // in the error
+	}{
+		"empty":            {Config{}, "no routes"},
+		"no target":        {Config{Routes: []Route{{Listen: tcp}}}, "no target address"},
+		"udp to tcp":       {Config{Routes: []Route{{Listen: udp, Target: tcp}}}, "UDP relays only to UDP"},
+		"proxy version":    {Config{Routes: []Route{{Listen: tcp, Target: tcp2, SendProxy: 3}}}, "PROXY protocol version 3"},
+		"proxy v1 on udp":  {Config{Routes: []Route{{Listen: udp, Target: udp2, SendProxy: 1}}}, "send_proxy"},
+		"duplicate name":   {Config{Routes: []Route{{Name: "a", Listen: tcp, Target: tcp2}, {Name: "a", Listen: udp, Target: udp2}}}, "name used twice"},
+		"duplicate listen": {Config{Routes: []Route{{Name: "a", Listen: tcp, Target: tcp2}, {Name: "b", Listen: tcp, Target: tcp2}}}, "can match the same client"},
+		"relay to itself":  {Config{Routes: []Route{{Name: "a", Listen: tcp, Target: tcp}}}, "relay to itself"},
+		"workers on unix":  {Config{Routes: []Route{{Listen: Addr{Network: "unix", Address: "/tmp/zeroio-x.sock"}, Target: tcp, Workers: 2}}}, "workers > 1"},
+		"unknown engine":   {Config{Routes: []Route{{Listen: tcp, Target: tcp2}}, Engine: "threads"}, `unknown engine "threads"`},
+		"target port 0":    {Config{Routes: []Route{{Listen: tcp, Target: Addr{Network: "tcp", Address: "127.0.0.1:0"}}}}, "port 0 cannot be dialled"},
 		// One socket address written two ways would bind twice.
-		"tcp and tcp4": {Routes: []Route{{Name: "a", Listen: tcp, Target: tcp2}, {Name: "b", Listen: Addr{Network: "tcp4", Address: "127.0.0.1:1"}, Target: tcp2}}},
-		"::1 and 0::1": {Routes: []Route{
+		"tcp and tcp4": {Config{Routes: []Route{{Name: "a", Listen: tcp, Target: tcp2}, {Name: "b", Listen: Addr{Network: "tcp4", Address: "127.0.0.1:1"}, Target: tcp2}}}, twoWays},
+		"::1 and 0::1": {Config{Routes: []Route{
 			{Name: "a", Listen: Addr{Network: "tcp", Address: "[::1]:1"}, Target: tcp},
-			{Name: "b", Listen: Addr{Network: "tcp6", Address: "[0::1]:1"}, Target: tcp}}},
-		"udp mapped": {Routes: []Route{{Name: "a", Listen: udp, Target: udp2}, {Name: "b", Listen: Addr{Network: "udp", Address: "[::ffff:127.0.0.1]:1"}, Target: udp2}}},
-		"unix paths": {Routes: []Route{
+			{Name: "b", Listen: Addr{Network: "tcp6", Address: "[0::1]:1"}, Target: tcp}}}, twoWays},
+		"udp mapped": {Config{Routes: []Route{{Name: "a", Listen: udp, Target: udp2}, {Name: "b", Listen: Addr{Network: "udp", Address: "[::ffff:127.0.0.1]:1"}, Target: udp2}}}, twoWays},
+		"unix paths": {Config{Routes: []Route{
 			{Name: "a", Listen: Addr{Network: "unix", Address: "/tmp/zeroio-x.sock"}, Target: tcp},
-			{Name: "b", Listen: Addr{Network: "unix", Address: "/tmp/./zeroio-x.sock"}, Target: tcp}}},
+			{Name: "b", Listen: Addr{Network: "unix", Address: "/tmp/./zeroio-x.sock"}, Target: tcp}}}, twoWays},
 	} {
-		if _, err := New(cfg); err == nil {
-			t.Errorf("%s: New accepted %+v", name, cfg)
-		} else {
-			t.Logf("%s: %v", name, err)
+		if _, err := New(tc.cfg); err == nil {
+			t.Errorf("%s: New accepted %+v", name, tc.cfg)
+		} else if !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v; want an error saying %s", name, err, tc.want)
 		}
 	}
 }

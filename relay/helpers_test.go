@@ -55,7 +55,7 @@ func startBackend(t testing.TB, network string, handler func(net.Conn)) *testBac
 		ln, err = net.Listen("tcp4", "127.0.0.1:0")
 	}
 	if err != nil {
-		t.Skipf("listen %s: %v", network, err)
+		t.Fatalf("listen %s: %v", network, err)
 	}
 	if network != "unix" {
 		a = Addr{Network: "tcp", Address: ln.Addr().String()}

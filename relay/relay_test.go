@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -109,7 +110,6 @@ func testHalfClose(t *testing.T) {
 		if err != nil || string(banner) != "banner" {
 			t.Fatalf("banner %q, %v", banner, err)
 		}
-		time.Sleep(50 * time.Millisecond)
 		if _, err := io.WriteString(c, "late request"); err != nil {
 			t.Fatalf("write after target's half-close: %v", err)
 		}
@@ -347,9 +347,17 @@ func testProxyHeaderBeforeEarlyBytes(t *testing.T) {
 			<-got
 			c := dialRoute(t, s, "r")
 			defer c.Close()
+			// The bytes wait in the relay's backlog: the route is paused
+			// at its limit, and the client's write has returned.
+			waitFor(t, func() bool { return s.Stats().Routes[0].AcceptPaused })
+			wc := &wroteConn{TCPConn: c.(*net.TCPConn), wrote: make(chan struct{})}
 			errc := make(chan error, 1)
-			go func() { errc <- roundTrip(c, 64<<10, uint64(v)) }()
-			time.Sleep(100 * time.Millisecond) // the bytes wait in the client's socket
+			go func() { errc <- roundTrip(wc, 64<<10, uint64(v)) }()
+			select {
+			case <-wc.wrote:
+			case err := <-errc:
+				t.Fatalf("before the slot freed: %v", err)
+			}
 			first.Close()
 			if err := <-errc; err != nil {
 				t.Fatal(err)
@@ -359,6 +367,18 @@ func testProxyHeaderBeforeEarlyBytes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wroteConn closes wrote when its first Write returns.
+type wroteConn struct {
+	*net.TCPConn
+	wrote chan struct{}
+	once  sync.Once
+}
+
+func (c *wroteConn) Write(p []byte) (int, error) {
+	defer c.once.Do(func() { close(c.wrote) })
+	return c.TCPConn.Write(p)
 }
 
 func TestProxyProtocolAccept(t *testing.T) { forEachEngine(t, testProxyProtocolAccept) }
@@ -559,8 +579,8 @@ func testStartErrors(t *testing.T) {
 	if err := s.Start(); err == nil {
 		s.Close()
 		t.Fatal("Start on a port in use succeeded")
-	} else {
-		t.Log(err)
+	} else if !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), ln.Addr().String()) {
+		t.Errorf("Start: %v; want EADDRINUSE naming %s", err, ln.Addr())
 	}
 	s.Close()
 }

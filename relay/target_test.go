@@ -522,11 +522,11 @@ func testTimeoutsOfCenturies(t *testing.T) {
 	if _, err := c.Write([]byte("PROXY TCP4 192.0.2.1 192.0.2.2 1000 80\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond) // past the next tick of the event loops' timers
+	pastNextTick(t, s)
 	if err := ping(c); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	pastNextTick(t, s)
 	if err := ping(c); err != nil {
 		t.Fatalf("after a pause: %v", err)
 	}

@@ -132,7 +132,7 @@ func testUDPSessionOutlivesICMP(t *testing.T, typ, code byte) {
 	ip := netip.AddrFrom4([4]byte{127, byte(1 + rand.IntN(250)), byte(1 + rand.IntN(250)), byte(2 + rand.IntN(250))})
 	target, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 0)))
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	defer target.Close()
 	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"}, Target: Addr{"udp", target.LocalAddr().String()}}}})
@@ -222,7 +222,7 @@ func TestUDPStaleFragNeededLosesNoBatch(t *testing.T) {
 	ip := netip.AddrFrom4([4]byte{127, byte(1 + rand.IntN(250)), byte(1 + rand.IntN(250)), byte(2 + rand.IntN(250))})
 	target, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(ip, 0)))
 	if err != nil {
-		t.Skip(err)
+		t.Fatal(err)
 	}
 	defer target.Close()
 	tAddr := target.LocalAddr().(*net.UDPAddr).AddrPort()
