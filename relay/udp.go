@@ -261,7 +261,7 @@ func (u *udpRoute) relayBatch(ln *udp.Conn, msgs []udp.Message, sc *readScratch)
 			s = u.session(r, ln, &a, now, 1)
 		}
 		if s != nil && s.quic != nil {
-			s.noteClientID(m.Buf[skip:m.N])
+			s = s.noteClientID(m.Buf[skip:m.N], now)
 		}
 		sc.sess, sc.skip = append(sc.sess, s), append(sc.skip, skip)
 	}

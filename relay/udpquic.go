@@ -120,24 +120,38 @@ func (s *session) learnIDs(msgs []udp.Message) {
 // them, from the address the session knows, so that the client is still
 // found if its address changes later. It is called for each datagram of
 // a QUIC session, by any of the route's readers.
-func (s *session) noteClientID(b []byte) {
+//
+// It returns the session b belongs to: s, or the session of another
+// connection that the ID leads to, which then takes s's address. The
+// address was s's, but the datagram is another connection's: a NAT gave
+// a port it had used for one flow to another client (s is stale), and
+// the connection's own session must not lose it to s.
+func (s *session) noteClientID(b []byte, now int64) *session {
 	q := s.quic
 	n := int(q.idLen.Load())
 	if n == 0 || len(b) < 1+n || b[0]&0xc0 != 0x40 {
-		return
+		return s
 	}
 	id := b[1 : 1+n]
 	h := idHash(id)
 	if q.lastUsed.Load() == h {
-		return
+		return s
 	}
-	q.lastUsed.Store(h)
+	owner := s
 	u := s.u
 	u.mu.Lock()
-	if !u.closed && u.sessions[s.peer.Load().key()] == s {
-		u.addID(s, connIDOf(id))
+	if p := s.peer.Load(); !u.closed && u.sessions[p.key()] == s {
+		cid := connIDOf(id)
+		if o := u.ids.m[cid]; o != nil && o != s {
+			u.move(o, *p, now)
+			owner = o
+		} else {
+			u.addID(s, cid)
+			q.lastUsed.Store(h)
+		}
 	}
 	u.mu.Unlock()
+	return owner
 }
 
 // idHash is FNV-1a over a connection ID.
@@ -219,15 +233,27 @@ func (u *udpRoute) follow(a *arrival, now int64) *session {
 			}
 		}
 	}
-	if s == nil {
-		return nil
+	if s != nil {
+		u.move(s, a.peer, now)
 	}
+	return s
+}
+
+// move, with u.mu held, moves s to the client p and marks it used at
+// now. A session that held p's address is stale (its client has gone:
+// the address now belongs to s's), and ends.
+func (u *udpRoute) move(s *session, p peer, now int64) {
 	from := s.peer.Load()
 	if k := from.key(); u.sessions[k] == s {
 		delete(u.sessions, k)
 	}
-	to := new(peer)
-	*to = a.peer
+	if old := u.sessions[p.key()]; old != nil && old != s {
+		delete(u.sessions, p.key())
+		u.forgetIDs(old)
+		old.up.Close() // its goroutine ends, as at a failover
+	}
+	to := &p
+	to.proxy = nil
 	if from.proxy != nil {
 		to.proxy = proxyproto.AppendV2(nil, proxyproto.Datagram, to.who(), dest(s.ln.Load(), to))
 	}
@@ -236,5 +262,4 @@ func (u *udpRoute) follow(a *arrival, now int64) *session {
 	s.touch(now)
 	u.rt.st.udpMoved.Add(1)
 	u.rt.srv.log.Debug("UDP session follows its QUIC connection to a new address", "route", u.rt.name, "from", from.client, "client", to.client)
-	return s
 }

@@ -205,3 +205,38 @@ func TestQUICLBConfigChecked(t *testing.T) {
 		t.Errorf("quic_lb on a stream route: %v", err)
 	}
 }
+
+// TestUDPQUICIDBeatsStaleSession: a QUIC client rebound to a port that a
+// stale session of another connection still holds (a NAT reused it)
+// reaches its own connection's target, not the stale session's.
+func TestUDPQUICIDBeatsStaleSession(t *testing.T) {
+	leakCheck(t)
+	idA, idB := []byte("serverAA"), []byte("serverBB")
+	a, b := quicTarget(t, idA), quicTarget(t, idB)
+	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"},
+		Targets: []Target{{Addr{"udp", a.LocalAddr().String()}, 1}, {Addr{"udp", b.LocalAddr().String()}, 1}}}}})
+	ra := s.Addrs("u")[0].(*net.UDPAddr)
+	one, two := dialUDP(t, ra), dialUDP(t, ra)
+	ids := map[*net.UDPConn][]byte{}
+	for _, c := range []*net.UDPConn{one, two} {
+		port := []byte(c.LocalAddr().String()[10:]) // distinct IDs for each connection
+		hs := exchange(t, c, quicLong(0, append([]byte("original"), port...), append([]byte("client"), port...), make([]byte, 64)))
+		switch {
+		case bytes.Contains(hs, idA):
+			ids[c] = idA
+		case bytes.Contains(hs, idB):
+			ids[c] = idB
+		}
+	}
+	if ids[one] == nil || ids[two] == nil || bytes.Equal(ids[one], ids[two]) {
+		t.Fatalf("round-robin gave the two connections targets %q and %q", ids[one], ids[two])
+	}
+	// Connection one's client now sends from two's address.
+	got := exchange(t, two, quicShort(ids[one], "moved"))
+	if want := string(ids[one]) + ":moved"; string(got) != want {
+		t.Fatalf("reply %q, want %q", got, want)
+	}
+	if st := s.Stats().Routes[0]; st.SessionsMoved != 1 {
+		t.Fatalf("%d sessions moved, want 1", st.SessionsMoved)
+	}
+}
