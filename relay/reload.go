@@ -195,6 +195,39 @@ func (f *front) boundPort() int {
 // it fails.
 func (p *plan) commit(cfg Config) []queuedConn {
 	s := p.s
+	routes := p.commitRoutes(cfg)
+	// The UDP routes that replace others read their new sockets before
+	// the old ones stop.
+	for _, rt := range p.udpNew {
+		rt.serve()
+	}
+	for name, old := range s.routes {
+		if old.udp != nil && routes[name] != old {
+			old.handOver(p.heir(old))
+		}
+	}
+	for name, rt := range s.routes {
+		if routes[name] == nil {
+			s.log.Info("route removed", "route", name)
+			rt.stop()
+			rt.targets().close()
+		}
+	}
+	queue := p.commitFronts(cfg, routes)
+	for k, f := range s.fronts {
+		if p.fronts[k] != f {
+			queue = append(queue, f.stop()...)
+		}
+	}
+	s.fronts = p.fronts
+	s.routes = routes
+	return queue
+}
+
+// commitRoutes returns the routes of cfg by name: each a route kept and
+// updated, a UDP route the plan opened, or a new one.
+func (p *plan) commitRoutes(cfg Config) map[string]*route {
+	s := p.s
 	routes := map[string]*route{}
 	for _, r := range cfg.Routes {
 		old := s.routes[r.Name]
@@ -221,23 +254,14 @@ func (p *plan) commit(cfg Config) []queuedConn {
 			}
 		}
 	}
-	// The UDP routes that replace others read their new sockets before
-	// the old ones stop.
-	for _, rt := range p.udpNew {
-		rt.serve()
-	}
-	for name, old := range s.routes {
-		if old.udp != nil && routes[name] != old {
-			old.handOver(p.heir(old))
-		}
-	}
-	for name, rt := range s.routes {
-		if routes[name] == nil {
-			s.log.Info("route removed", "route", name)
-			rt.stop()
-			rt.targets().close()
-		}
-	}
+	return routes
+}
+
+// commitFronts gives each of the plan's fronts its new route table and
+// its listeners as planned (opened, grown or shrunk), and returns the
+// clients queued on the listeners a shrink retired.
+func (p *plan) commitFronts(cfg Config, routes map[string]*route) []queuedConn {
+	s := p.s
 	var queue []queuedConn
 	byKey := map[string][]*route{}
 	for _, r := range cfg.Routes {
@@ -265,20 +289,8 @@ func (p *plan) commit(cfg Config) []queuedConn {
 			f.lns = append(f.lns, more...)
 			steer(listenerControl(f.lns[0]), 0, len(f.lns))
 			f.serve(n)
-		default:
-			if m, ok := p.shrink[f]; ok {
-				// Closing a socket of the group resets the handshakes
-				// in flight on it, unless new clients were steered
-				// away first, or the kernel migrates them
-				// (tcp_migrate_req). Failing both, the surplus sockets
-				// stay: a reload loses no client.
-				if err := steer(listenerControl(f.lns[0]), 0, m); err != nil && !migrateReq() {
-					s.log.Warn("workers lowered, but the surplus sockets stay open until the address changes: closing them would reset clients connecting", "listen", f.lns[0].Addr().String(), "sockets", len(f.lns), "workers", m, "err", err)
-				} else {
-					f.retire(f.lns[m:])
-					f.lns = f.lns[:m]
-				}
-			}
+		case shrinks:
+			p.shrinkFront(f, p.shrink[f])
 		}
 		if p.fresh[f] || p.grow[f] != nil || shrinks {
 			for _, rt := range t.routes {
@@ -286,12 +298,19 @@ func (p *plan) commit(cfg Config) []queuedConn {
 			}
 		}
 	}
-	for k, f := range s.fronts {
-		if p.fronts[k] != f {
-			queue = append(queue, f.stop()...)
-		}
-	}
-	s.fronts = p.fronts
-	s.routes = routes
 	return queue
+}
+
+// shrinkFront retires f's listeners past the first m. Closing a socket of
+// the group resets the handshakes in flight on it, unless new clients
+// were steered away first, or the kernel migrates them
+// (tcp_migrate_req). Failing both, the surplus sockets stay: a reload
+// loses no client.
+func (p *plan) shrinkFront(f *front, m int) {
+	if err := steer(listenerControl(f.lns[0]), 0, m); err != nil && !migrateReq() {
+		p.s.log.Warn("workers lowered, but the surplus sockets stay open until the address changes: closing them would reset clients connecting", "listen", f.lns[0].Addr().String(), "sockets", len(f.lns), "workers", m, "err", err)
+		return
+	}
+	f.retire(f.lns[m:])
+	f.lns = f.lns[:m]
 }
