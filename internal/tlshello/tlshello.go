@@ -144,32 +144,6 @@ func ParseLimit(buf []byte, limit int, h *Info) error {
 	return err
 }
 
-// ParseHandshake reads a ClientHello handshake message that is not framed
-// in TLS records: the first bytes of a QUIC connection's CRYPTO stream,
-// where TLS messages travel without a record layer (RFC 9001, 4). It
-// answers as [ParseLimit] does; ErrNotTLS means the first byte is not a
-// ClientHello's type, and Info.Len is the message's length.
-func ParseHandshake(buf []byte, limit int, h *Info) error {
-	*h = Info{}
-	if limit <= 0 {
-		limit = DefaultMaxLen
-	}
-	if len(buf) == 0 {
-		return ErrNeedMore
-	}
-	if buf[0] != typeClientHello {
-		return ErrNotTLS
-	}
-	// One record as long as the limit: next is never called, and a
-	// message past the limit is found too large as a framed one is.
-	r := reader{buf: buf, limit: limit, end: limit, plain: true}
-	err := r.parse(h)
-	if err == ErrNeedMore && len(buf) >= limit {
-		return ErrTooLarge
-	}
-	return err
-}
-
 // reader walks the handshake bytes carried by a run of TLS records,
 // skipping their headers. Every read checks its bounds.
 type reader struct {
@@ -308,6 +282,19 @@ func (r *reader) parse(h *Info) error {
 	return nil
 }
 
+// skipVector passes over a vector whose length takes lenBytes bytes and
+// must lie in [least, most] and be a multiple of unit.
+func (r *reader) skipVector(lenBytes, least, most, unit int) error {
+	n, err := r.vector(lenBytes)
+	if err != nil {
+		return err
+	}
+	if n < least || n > most || n%unit != 0 {
+		return ErrMalformed
+	}
+	return r.skip(n)
+}
+
 // clientHello reads the ClientHello body (RFC 8446, 4.1.2; RFC 5246,
 // 7.4.1.2, whose extensions are optional).
 func (r *reader) clientHello(h *Info) error {
@@ -319,40 +306,19 @@ func (r *reader) clientHello(h *Info) error {
 	if err := r.skip(32); err != nil { // random
 		return err
 	}
-	n, err := r.vector(1) // legacy_session_id<0..32>
-	if err != nil {
+	if err := r.skipVector(1, 0, 32, 1); err != nil { // legacy_session_id<0..32>
 		return err
 	}
-	if n > 32 {
-		return ErrMalformed
-	}
-	if err := r.skip(n); err != nil {
+	if err := r.skipVector(2, 2, 1<<16-2, 2); err != nil { // cipher_suites<2..2^16-2>
 		return err
 	}
-	n, err = r.vector(2) // cipher_suites<2..2^16-2>
-	if err != nil {
-		return err
-	}
-	if n < 2 || n%2 != 0 {
-		return ErrMalformed
-	}
-	if err := r.skip(n); err != nil {
-		return err
-	}
-	n, err = r.vector(1) // legacy_compression_methods<1..2^8-1>
-	if err != nil {
-		return err
-	}
-	if n < 1 {
-		return ErrMalformed
-	}
-	if err := r.skip(n); err != nil {
+	if err := r.skipVector(1, 1, 1<<8-1, 1); err != nil { // legacy_compression_methods<1..2^8-1>
 		return err
 	}
 	if r.left == 0 { // no extensions (TLS 1.2 and earlier)
 		return nil
 	}
-	n, err = r.vector(2) // extensions<8..2^16-1>
+	n, err := r.vector(2) // extensions<8..2^16-1>
 	if err != nil {
 		return err
 	}
