@@ -251,10 +251,25 @@ func (c *Conn) readBig(msgs []Message) (int, error) {
 		s.pos[k+1] = s.pos[k] + count
 	}
 	s.counted = s.n
-	// Copy what does not fit into spill buffers first: it is still in
-	// msgs[k].Buf for k > last, and in the tail of msgs[last].Buf. Only
-	// the headers that wait, [next, n), take a spill buffer, in order: a
-	// large batch whose head coalesced needs a few, not one per header.
+	s.spillRest(msgs, last, lastFit)
+	s.expand(msgs, last, lastFit)
+	n := s.pos[last] + lastFit
+	if s.next < s.n {
+		c.sys.pending = append(c.sys.pending, s)
+	} else {
+		putRead(s)
+	}
+	return n, nil
+}
+
+// spillRest copies the datagrams of a recvmmsg that do not fit in msgs
+// into spill buffers, for the next ReadBatch: they are still in
+// msgs[k].Buf for k > last, and in the tail of msgs[last].Buf past its
+// first lastFit datagrams.
+func (s *readScratch) spillRest(msgs []Message, last, lastFit int) {
+	// Only the headers that wait, [next, n), take a spill buffer, in
+	// order: a large batch whose head coalesced needs a few, not one per
+	// header.
 	if _, count := s.segments(last); lastFit < count || last < s.n-1 {
 		s.next, s.off = last, 0
 		if lastFit == count { // the last slot fits whole: only later ones wait
@@ -275,6 +290,11 @@ func (c *Conn) readBig(msgs []Message) (int, error) {
 	} else {
 		s.next = s.n
 	}
+}
+
+// expand spreads the datagrams of slots [0, last] (of slot last, its
+// first lastFit) over msgs, each slot's into the Messages from pos[k].
+func (s *readScratch) expand(msgs []Message, last, lastFit int) {
 	// Expand backwards: slot k's target Messages [pos[k], pos[k+1]) are at
 	// or after k and hold no data still needed, since later slots moved
 	// out already.
@@ -309,13 +329,6 @@ func (c *Conn) readBig(msgs []Message) (int, error) {
 			msgs[p+count-1].Truncated = true // never pass a cut buffer off as whole
 		}
 	}
-	n := s.pos[last] + lastFit
-	if s.next < s.n {
-		c.sys.pending = append(c.sys.pending, s)
-	} else {
-		putRead(s)
-	}
-	return n, nil
 }
 
 // segments returns the datagram size and count of header k's buffer.
