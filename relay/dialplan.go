@@ -4,16 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/netip"
 	"time"
 
 	"github.com/zeroio/zeroio/internal/evloop"
 )
-
-// streamResolver looks up the host names of stream targets, for every
-// engine; tests replace it to give a name several addresses.
-var streamResolver = net.DefaultResolver
 
 // errNoTarget is a dial's error when the route has no target left to try.
 var errNoTarget = errors.New("relay: no target left to try")

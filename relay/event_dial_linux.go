@@ -42,12 +42,10 @@ func (c *evConn) dialNext() {
 // The attempt's timer runs.
 func (c *evConn) connectTo(sa *sockaddr.Addr) {
 	if r := c.lp.targets[c.b.addr]; c.tm.At() != 0 && r != nil {
-		// The attempt's time is shared with the name's addresses left,
-		// as package net's dialer shares it (partialDeadline), so that
-		// one that leaves a connect unanswered leaves time to the others.
+		// The attempt's time is shared with the name's addresses left.
 		if n := len(r.more) - int(c.ai); n > 0 {
 			now := c.lp.now
-			c.lp.wheel.arm(c, now+(c.tm.At()-now)/int64(n+1), now)
+			c.lp.wheel.arm(c, addrShare(now, c.tm.At(), n), now)
 		}
 	}
 	fd, e := nbsys.StreamSocket(sa.Family)

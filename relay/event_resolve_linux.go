@@ -3,21 +3,15 @@ package relay
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/netip"
-	"strconv"
 	"time"
 
 	"github.com/zeroio/zeroio/internal/sockaddr"
 )
 
-// A loop resolves targets once and keeps the sockaddr: IP literals and
-// Unix paths for good, names for resolvedTTL (package net's dialer, which
-// the goroutine engine uses, asks the resolver on every dial; the system
-// resolver's own caching, if any, is below both). A name is looked up on
-// a goroutine, so the loop never waits for DNS; the connections that
-// need it wait in state stResolve, under their dial timer.
-const resolvedTTL = 5 * time.Second
+// A loop resolves targets as resolve.go says and keeps the sockaddr: IP
+// literals and Unix paths for good, names for streamTTL. A name is looked
+// up on a goroutine, so the loop never waits for DNS; the connections
+// that need it wait in state stResolve, under their dial timer.
 
 // maxTargetAddrs bounds a loop's cache of resolved targets. Reloads that
 // change target addresses would otherwise grow it for good; past the
@@ -87,7 +81,7 @@ func (l *loop) resolved(a Addr, sa sockaddr.Addr, more []sockaddr.Addr, err erro
 		return
 	}
 	r.sa, r.more, r.err, r.pending = sa, more, err, false
-	r.expires = l.now + int64(resolvedTTL)
+	r.expires = l.now + int64(streamTTL)
 	ws := r.waiters
 	r.waiters = nil
 	for _, w := range ws {
@@ -108,75 +102,38 @@ func (l *loop) resolved(a Addr, sa sockaddr.Addr, more []sockaddr.Addr, err erro
 	}
 }
 
-// literalSockaddr builds the sockaddr of a Unix path or an IP literal.
+// literalSockaddr builds the sockaddr of a Unix path or an IP literal
+// (literalTarget), with no lookup and no allocation.
 func literalSockaddr(a Addr) (sockaddr.Addr, bool) {
 	if a.Network == "unix" {
 		return sockaddr.FromUnix(a.Address)
 	}
-	ap, err := netip.ParseAddrPort(a.Address)
-	if err != nil || ap.Addr().Zone() != "" {
+	ap, ok := literalTarget(a)
+	if !ok {
 		return sockaddr.Addr{}, false
 	}
 	return sockaddr.FromAddrPort(ap), true
 }
 
-// maxAddrs bounds the addresses of one name a connection tries.
-const maxAddrs = 8
-
-// lookup resolves, within timeout (0: none), a host:port target to its addresses, IPv4 first for
-// "tcp" (as the goroutine engine's dialer tries IPv4 addresses first on
-// the usual systems): the first, and the others in the resolver's order,
-// which a connection tries in turn when a connect fails, as package net's
-// dialer does.
+// lookup resolves a target as resolveTarget does, within timeout (0:
+// none), into the sockaddr to connect to first and the others, tried in
+// turn when a connect fails.
 func lookup(a Addr, timeout time.Duration) (sockaddr.Addr, []sockaddr.Addr, error) {
 	if a.Network == "unix" {
 		return sockaddr.Addr{}, nil, fmt.Errorf("unix socket path %q too long", a.Address)
 	}
-	host, ps, err := net.SplitHostPort(a.Address)
+	aps, _, err := resolveTarget(context.Background(), a, timeout)
 	if err != nil {
 		return sockaddr.Addr{}, nil, err
 	}
-	port, err := strconv.ParseUint(ps, 10, 16)
-	if err != nil {
-		p, perr := net.LookupPort("tcp", ps)
-		if perr != nil {
-			return sockaddr.Addr{}, nil, perr
-		}
-		port = uint64(p)
-	}
-	ctx := context.Background()
-	if timeout > 0 { // else the dial has no bound (Never)
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	nw := "ip"
-	switch a.Network {
-	case "tcp4":
-		nw = "ip4"
-	case "tcp6":
-		nw = "ip6"
-	}
-	ips, err := streamResolver.LookupNetIP(ctx, nw, host)
-	if err != nil {
-		return sockaddr.Addr{}, nil, err
-	}
-	var v4, v6 []sockaddr.Addr
-	for _, ip := range ips {
-		ip = ip.Unmap()
-		if ip.Zone() != "" {
-			continue
-		}
-		sa := sockaddr.FromAddrPort(netip.AddrPortFrom(ip, uint16(port)))
-		if ip.Is4() {
-			v4 = append(v4, sa)
-		} else {
-			v6 = append(v6, sa)
+	all := make([]sockaddr.Addr, 0, len(aps))
+	for _, ap := range aps {
+		if ap.Addr().Zone() == "" { // a sockaddr here carries no zone
+			all = append(all, sockaddr.FromAddrPort(ap))
 		}
 	}
-	all := append(v4, v6...)
 	if len(all) == 0 {
-		return sockaddr.Addr{}, nil, fmt.Errorf("no usable address for %s", host)
+		return sockaddr.Addr{}, nil, fmt.Errorf("no usable address for %s", a.Address)
 	}
-	return all[0], all[1:min(len(all), maxAddrs)], nil
+	return all[0], all[1:], nil
 }

@@ -9,18 +9,6 @@ import (
 	"time"
 )
 
-// resolveTimeout bounds one lookup of a target's host name.
-const resolveTimeout = 5 * time.Second
-
-// resolveEvery is how often a UDP target given by host name is looked up
-// again, for the sessions that open after: a DNS change reaches new
-// sessions within this time, while a session under way keeps its address.
-var resolveEvery = 30 * time.Second
-
-// lookupNetIP looks a host name up; tests replace it to change what a name
-// resolves to.
-var lookupNetIP = net.DefaultResolver.LookupNetIP
-
 // udpTarget is a route's target address, resolved.
 type udpTarget struct {
 	network string
@@ -66,9 +54,7 @@ func resolveTargets(r *Route, known udpAddrs) (udpAddrs, error) {
 		if _, _, err := net.SplitHostPort(t.Addr.Address); err != nil {
 			return nil, fmt.Errorf("target %s: %w", t.Addr, err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
-		tg, err := lookupTarget(ctx, t.Addr)
-		cancel()
+		tg, err := lookupTarget(t.Addr)
 		if err != nil {
 			tg = &udpTarget{network: t.Addr.Network, from: t.Addr, byName: true, at: time.Now().UnixNano(), err: err}
 		}
@@ -99,43 +85,14 @@ func (u *udpRoute) noteUnresolved() {
 	}
 }
 
-// lookupTarget resolves a UDP target as net.ResolveUDPAddr does (an IPv4
-// address first for "udp"), through lookupNetIP.
-func lookupTarget(ctx context.Context, t Addr) (*udpTarget, error) {
-	host, port, err := net.SplitHostPort(t.Address)
+// lookupTarget resolves a UDP target as resolveTarget does, within
+// resolveTimeout, to the first of its addresses.
+func lookupTarget(t Addr) (*udpTarget, error) {
+	aps, byName, err := resolveTarget(context.Background(), t, resolveTimeout)
 	if err != nil {
 		return nil, err
 	}
-	p, err := net.DefaultResolver.LookupPort(ctx, t.Network, port)
-	if err != nil {
-		return nil, err
-	}
-	tg := &udpTarget{network: t.Network, from: t, at: time.Now().UnixNano()}
-	if ip, err := netip.ParseAddr(host); err == nil {
-		tg.addr = netip.AddrPortFrom(ip.Unmap(), uint16(p))
-		return tg, nil
-	}
-	tg.byName = true
-	ipnet := map[string]string{"udp4": "ip4", "udp6": "ip6"}[t.Network]
-	if ipnet == "" {
-		ipnet = "ip"
-	}
-	ips, err := lookupNetIP(ctx, ipnet, host)
-	if err != nil {
-		return nil, err
-	}
-	if len(ips) == 0 {
-		return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
-	}
-	ip := ips[0]
-	for _, a := range ips {
-		if a.Unmap().Is4() {
-			ip = a
-			break
-		}
-	}
-	tg.addr = netip.AddrPortFrom(ip.Unmap(), uint16(p))
-	return tg, nil
+	return &udpTarget{network: t.Network, addr: aps[0], from: t, byName: byName, at: time.Now().UnixNano()}, nil
 }
 
 // targetFor returns the address of b, the target a session opening at now
@@ -172,9 +129,7 @@ func (u *udpRoute) targetFor(b *backend, now int64) *udpTarget {
 func (u *udpRoute) refresh(b *backend, old *udpTarget) {
 	defer u.rt.srv.serveWG.Done()
 	defer b.resolving.Store(false)
-	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
-	defer cancel()
-	tg, err := lookupTarget(ctx, old.from)
+	tg, err := lookupTarget(old.from)
 	log := u.rt.srv.log
 	switch {
 	case err != nil:
