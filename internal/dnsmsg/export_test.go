@@ -1,0 +1,4 @@
+package dnsmsg
+
+// ReadResolvConf is readResolvConf, for the external tests.
+var ReadResolvConf = readResolvConf
