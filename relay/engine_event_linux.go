@@ -41,15 +41,18 @@ type eventEngine struct {
 	pipes   atomic.Int64 // splice pipes the loops have open, idle ones too
 }
 
-// pipeRoom reports whether the loops may open one more splice pipe. The
+// pipeMax returns the most splice pipes the loops may open; -1: no bound. The
 // descriptor budget (fdBudget) counts fdsPerPair descriptors per stream:
 // its two sockets, and room for a pipe (two descriptors) per two streams.
 // Relays whose clients read slowly keep their pipes full, and without
 // this bound would take every descriptor the process has, leaving none
 // for accepts, dials, health checks, metrics or reloads.
-func (e *eventEngine) pipeRoom() bool {
+func (e *eventEngine) pipeMax() int64 {
 	b := e.s.fdBudget.Load()
-	return b <= 0 || e.pipes.Load() < b*(fdsPerPair-2)/2
+	if b <= 0 {
+		return -1
+	}
+	return b * (fdsPerPair - 2) / 2
 }
 
 // start creates the loops on first use and returns them.

@@ -102,7 +102,7 @@ func newLoop(e *eventEngine, id int) (*loop, error) {
 	}
 	l.inbox.Init(&l.p)
 	l.wheel.Init(now)
-	l.pipes = evloop.Pipes{MaxIdle: maxIdlePipes, Size: pipeSize, Room: e.pipeRoom, Open: &e.pipes}
+	l.pipes = evloop.Pipes{MaxIdle: maxIdlePipes, Size: pipeSize, Max: e.pipeMax, Open: &e.pipes}
 	return l, nil
 }
 

@@ -33,8 +33,9 @@ type Pipe struct{ R, W int }
 
 // Pipes is a loop's pool of pipes for splicing, as Go's internal/poll
 // keeps for its splice: idle pipes are kept up to MaxIdle; a new one is
-// opened with F_SETPIPE_SZ Size while Room allows. Pipes are counted in
-// Open, which several loops may share to bound the pipes of all of them.
+// opened with F_SETPIPE_SZ Size while fewer than Max are open. Pipes are
+// counted in Open, which several loops may share to bound the pipes of all
+// of them.
 //
 // Invariant: a pipe in the pool is empty; one that may hold bytes (of a
 // relay that ended) is closed, never reused, so they cannot reach the
@@ -42,9 +43,9 @@ type Pipe struct{ R, W int }
 type Pipes struct {
 	MaxIdle int
 	Size    int
-	// Room reports whether one more pipe may be opened; nil: always. It
-	// is called only when no idle pipe is left.
-	Room func() bool
+	// Max returns the most pipes Open may count; negative: no bound;
+	// nil: none. It is called only when no idle pipe is left.
+	Max  func() int64
 	Open *atomic.Int64 // pipes open, idle or held; may be shared
 
 	idle  []Pipe
@@ -52,9 +53,10 @@ type Pipes struct {
 	Taken int64 // pipes taken ever
 }
 
-// Get returns an idle pipe, or a new one if Room allows; EMFILE
+// Get returns an idle pipe, or a new one if Max allows; EMFILE
 // otherwise, as when the process is out of descriptors, and the caller
-// copies instead.
+// copies instead. A new pipe is counted in Open before it is made, so
+// loops sharing Open cannot together pass Max.
 func (ps *Pipes) Get() (Pipe, unix.Errno) {
 	if n := len(ps.idle); n > 0 {
 		p := ps.idle[n-1]
@@ -63,14 +65,18 @@ func (ps *Pipes) Get() (Pipe, unix.Errno) {
 		ps.Held++
 		return p, 0
 	}
-	if ps.Room != nil && !ps.Room() {
-		return Pipe{}, unix.EMFILE
+	n := ps.Open.Add(1)
+	if ps.Max != nil {
+		if m := ps.Max(); m >= 0 && n > m {
+			ps.Open.Add(-1)
+			return Pipe{}, unix.EMFILE
+		}
 	}
 	var fds [2]int
 	if err := unix.Pipe2(fds[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+		ps.Open.Add(-1)
 		return Pipe{}, err.(unix.Errno)
 	}
-	ps.Open.Add(1)
 	// F_SETPIPE_SZ fails past pipe-max-size or the user's pipe quota
 	// (fcntl(2)); the pipe then keeps the size it has.
 	unix.FcntlInt(uintptr(fds[0]), unix.F_SETPIPE_SZ, ps.Size)

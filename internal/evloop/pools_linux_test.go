@@ -1,6 +1,7 @@
 package evloop
 
 import (
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -9,11 +10,11 @@ import (
 
 // TestPipesBounds: at most MaxIdle empty pipes are kept, a pipe given
 // back with bytes in it is closed rather than reused, no pipe is opened
-// past Room, and Open counts every pipe open, idle or held.
+// past Max, and Open counts every pipe open, idle or held.
 func TestPipesBounds(t *testing.T) {
 	var open atomic.Int64
 	room := 3
-	ps := Pipes{MaxIdle: 2, Size: 1 << 16, Open: &open, Room: func() bool { return open.Load() < int64(room) }}
+	ps := Pipes{MaxIdle: 2, Size: 1 << 16, Open: &open, Max: func() int64 { return int64(room) }}
 	defer ps.Close()
 	var held []Pipe
 	for range room {
@@ -24,7 +25,7 @@ func TestPipesBounds(t *testing.T) {
 		held = append(held, p)
 	}
 	if _, e := ps.Get(); e == 0 {
-		t.Fatal("a pipe opened past Room")
+		t.Fatal("a pipe opened past Max")
 	}
 	if open.Load() != 3 || ps.Held != 3 || ps.Taken != 3 {
 		t.Fatalf("open %d held %d taken %d, want 3 3 3", open.Load(), ps.Held, ps.Taken)
@@ -69,5 +70,32 @@ func TestBufs(t *testing.T) {
 	b.Put(y)
 	if b.Held != 0 {
 		t.Fatalf("held %d after giving both back", b.Held)
+	}
+}
+
+// TestPipesSharedMax: loops whose pools share Open never hold more than
+// Max pipes between them, however their Gets interleave.
+func TestPipesSharedMax(t *testing.T) {
+	var open, peak atomic.Int64
+	const max, loops, rounds = 4, 8, 200
+	var wg sync.WaitGroup
+	for range loops {
+		wg.Go(func() {
+			ps := Pipes{MaxIdle: 0, Size: 1 << 16, Open: &open, Max: func() int64 { return max }}
+			for range rounds {
+				p, e := ps.Get()
+				if e != 0 {
+					continue
+				}
+				for n := open.Load(); n > peak.Load(); n = open.Load() {
+					peak.CompareAndSwap(peak.Load(), n)
+				}
+				ps.Put(p, 0)
+			}
+		})
+	}
+	wg.Wait()
+	if peak.Load() > max || open.Load() != 0 {
+		t.Fatalf("peak %d pipes open (max %d), %d left open", peak.Load(), max, open.Load())
 	}
 }
