@@ -152,11 +152,15 @@ func (p *plan) chmod(r *Route) error {
 	return nil
 }
 
-// listen opens the sockets of a new front for r. If its port is taken by
+// listen opens the sockets of a new front for r, or takes the inherited
+// ones its routes use (Server.Inherit). If its port is taken by
 // a front of ours this reload removes (a route moving between the
 // wildcard and a specific address of one port), the two share the port
 // in one SO_REUSEPORT group until the old one closes (Linux).
 func (p *plan) listen(r *Route, groups map[string][]Route) ([]net.Listener, error) {
+	if ins := p.s.inheritedFor(groups[frontKey(r)]...); len(ins) > 0 {
+		return p.s.adopt(listenInherited(r, ins))
+	}
 	lns, err := listenStream(r)
 	if err == nil || !errors.Is(err, syscall.EADDRINUSE) || r.Listen.Network == "unix" {
 		return p.s.adopt(lns, err)

@@ -44,6 +44,10 @@ type Server struct {
 	eng      engine
 	connWG   sync.WaitGroup // one per relayed or pending stream connection
 	serveWG  sync.WaitGroup // accept loops and UDP readers
+
+	// inherited are the sockets Inherit gave, which routes use rather
+	// than bind; Shutdown closes them. Under mu.
+	inherited []*inherited
 }
 
 // New validates cfg and returns a Server that has not opened anything yet.
@@ -67,10 +71,12 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// Start binds every route's listeners and starts serving them in the
-// background: one goroutine per listener, plus one per relayed connection
-// or UDP session. If any bind fails (an address in use), Start closes what
-// it opened and returns the error; it may be called again.
+// Start binds every route's listeners, or takes the sockets given to
+// [Server.Inherit], and starts serving them in the background: one
+// goroutine per listener, plus one per relayed connection or UDP session.
+// If any bind fails (an address in use), or an inherited socket is one no
+// route uses, Start closes what it opened and returns the error; it may be
+// called again.
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -79,6 +85,9 @@ func (s *Server) Start() error {
 	}
 	if s.started {
 		return errors.New("relay: Start called twice")
+	}
+	if err := s.checkInherited(s.cfg); err != nil {
+		return err
 	}
 	unopened := s.routes
 	s.routes = map[string]*route{}
@@ -242,6 +251,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		rt.stop()
 		rt.targets().close()
 	}
+	s.closeInherited()
 	s.serveWG.Add(1) // as Update's hand-over
 	s.mu.Unlock()
 	for _, h := range queued { // the engine takes s.mu

@@ -86,14 +86,18 @@ func listenUDP(rt *route, r *Route, res *resolved, reuse bool) (*udpRoute, error
 	if err != nil {
 		return nil, err
 	}
-	if !reuse && r.Workers > 1 {
+	if !reuse && r.Workers > 1 && len(rt.srv.inheritedFor(*r)) == 0 {
 		if err := checkUnbound(r.Listen.Network, r.Listen.Address); err != nil {
 			return nil, err
 		}
 	}
 	u := &udpRoute{rt: rt, sessions: map[sessionKey]*session{}}
 	u.to.Store(&to)
-	u.lns, err = openUDPSocks(r, r.Listen.Address, r.Workers, reuse || r.Workers > 1)
+	if ins := rt.srv.inheritedFor(*r); len(ins) > 0 {
+		u.lns, err = inheritedUDP(r, ins)
+	} else {
+		u.lns, err = openUDPSocks(r, r.Listen.Address, r.Workers, reuse || r.Workers > 1)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -122,23 +126,34 @@ func openUDPSocks(r *Route, addr string, n int, reuse bool) ([]*udpSock, error) 
 			return nil, err
 		}
 		addr = pc.LocalAddr().String() // port 0 becomes the port the others share
-		// Packet info tells a socket bound to a wildcard address which
-		// of the host's addresses a client sent to, so that the reply
-		// leaves from it. A socket bound to one address replies from
-		// that address anyway, and without the control messages each
-		// datagram costs less (a lone reply goes out with sendto(2)).
-		ln, err := udp.NewConn(pc.(*net.UDPConn), &udp.Options{
-			PacketInfo: la.IP == nil || la.IP.IsUnspecified(),
-			ReadBuffer: r.UDPBuffer, WriteBuffer: r.UDPBuffer,
-		})
+		ln, err := newUDPSock(r, pc.(*net.UDPConn))
 		if err != nil {
-			pc.Close()
 			closeUDPSocks(lns)
 			return nil, err
 		}
-		lns = append(lns, &udpSock{Conn: ln, done: make(chan struct{})})
+		lns = append(lns, ln)
 	}
 	return lns, nil
+}
+
+// newUDPSock makes pc, bound, one of r's listening sockets; on an error
+// it closes pc.
+func newUDPSock(r *Route, pc *net.UDPConn) (*udpSock, error) {
+	la := pc.LocalAddr().(*net.UDPAddr)
+	// Packet info tells a socket bound to a wildcard address which of
+	// the host's addresses a client sent to, so that the reply leaves
+	// from it. A socket bound to one address replies from that address
+	// anyway, and without the control messages each datagram costs less
+	// (a lone reply goes out with sendto(2)).
+	ln, err := udp.NewConn(pc, &udp.Options{
+		PacketInfo: la.IP == nil || la.IP.IsUnspecified(),
+		ReadBuffer: r.UDPBuffer, WriteBuffer: r.UDPBuffer,
+	})
+	if err != nil {
+		pc.Close()
+		return nil, err
+	}
+	return &udpSock{Conn: ln, done: make(chan struct{})}, nil
 }
 
 func closeUDPSocks(lns []*udpSock) {
