@@ -68,8 +68,18 @@ func startProcUnder(t *testing.T, wrapper []string, want int, args ...string) *p
 // proc parses, is for the caller to ask), under wrapper if not nil.
 func launch(t *testing.T, wrapper []string, want int, args ...string) *proc {
 	t.Helper()
+	return launchCmd(t, nil, wrapper, want, args...)
+}
+
+// launchCmd is launch with the command prepared by prep, if not nil,
+// before it starts (files to pass, the environment).
+func launchCmd(t *testing.T, prep func(*exec.Cmd), wrapper []string, want int, args ...string) *proc {
+	t.Helper()
 	argv := append(append(wrapper[:len(wrapper):len(wrapper)], binary), append([]string{"relay"}, args...)...)
 	cmd := exec.Command(argv[0], argv[1:]...)
+	if prep != nil {
+		prep(cmd)
+	}
 	stderr, _ := cmd.StderrPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

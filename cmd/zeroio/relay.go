@@ -46,6 +46,9 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 	if f.checkOnly || f.checkTargets {
 		return f.check(cfg, stdout, fail)
 	}
+	if err := inherit(srv, log); err != nil {
+		return fail(err)
+	}
 	var metrics *metricsServer
 	if f.cur.metrics != "" {
 		if metrics, err = startMetrics(f.cur.metrics, srv, log); err != nil {
@@ -78,6 +81,20 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 		return 0
 	}
 	return 0
+}
+
+// inherit gives srv the sockets of socket activation (listenFDs), if
+// any, for the routes that listen on them.
+func inherit(srv *relay.Server, log *slog.Logger) error {
+	files, names, err := listenFDs()
+	if err != nil || len(files) == 0 {
+		return err
+	}
+	if err := srv.Inherit(files, names); err != nil {
+		return err
+	}
+	log.Info("inherited sockets", "fds", len(files), "names", strings.Join(names, ":"))
+	return nil
 }
 
 // config builds the relay's Config from the flags and, with -c, the
