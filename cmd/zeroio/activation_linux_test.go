@@ -227,3 +227,66 @@ func unixListeners(t *testing.T, path string) []uint64 {
 	}
 	return inos
 }
+
+// TestSystemdUnits checks the unit files of docs/systemd with systemd's
+// own checker, the relay binary standing in for the installed one.
+func TestSystemdUnits(t *testing.T) {
+	if _, err := exec.LookPath("systemd-analyze"); err != nil {
+		t.Skip("systemd-analyze not installed")
+	}
+	dir := t.TempDir()
+	var units []string
+	for _, name := range []string{"zeroio-relay.socket", "zeroio-relay.service"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "docs", "systemd", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b = []byte(strings.ReplaceAll(string(b), "/usr/local/bin/zeroio", binary))
+		units = append(units, filepath.Join(dir, name))
+		if err := os.WriteFile(units[len(units)-1], b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := exec.Command("systemd-analyze", append([]string{"verify"}, units...)...).CombinedOutput()
+	if err != nil || len(out) > 0 {
+		t.Errorf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// TestSystemdSocketActivate runs the relay under systemd's own launcher,
+// systemd-socket-activate(1), which binds the port and passes it.
+func TestSystemdSocketActivate(t *testing.T) {
+	if _, err := exec.LookPath("systemd-socket-activate"); err != nil {
+		t.Skip("systemd-socket-activate not installed")
+	}
+	back := echoServer(t, "tcp", "127.0.0.1:0")
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := probe.Addr().String()
+	probe.Close()
+	// The launcher binds, and starts the relay when the first client
+	// connects: that client waits in the socket's queue meanwhile.
+	p := launch(t, []string{"systemd-socket-activate", "-l", addr, "--fdname=zeroio"}, 0,
+		"--log-format", "json", "tcp://"+addr, "tcp://"+back.Addr().String())
+	var c net.Conn
+	deadline := time.Now().Add(15 * time.Second)
+	for c == nil {
+		if c, err = net.DialTimeout("tcp", addr, 5*time.Second); err != nil {
+			if time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+			c = nil
+			select {
+			case <-p.update:
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	defer c.Close()
+	if err := roundTrip(c, 1<<16, 2); err != nil {
+		t.Fatal(err)
+	}
+	p.waitLog(t, "inherited sockets", 1)
+}

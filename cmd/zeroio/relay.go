@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zeroio/zeroio/cmd/zeroio/internal/sdnotify"
 	"github.com/zeroio/zeroio/relay"
 )
 
@@ -72,15 +73,33 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 	if err := srv.Start(); err != nil {
 		return fail(err)
 	}
+	notify(log, sdnotify.Ready, sdnotify.Status("serving"))
 	for sig := range sigs {
 		if sig == syscall.SIGHUP {
-			f.reload(srv, log)
+			notify(log, sdnotify.Reloading, sdnotify.MonotonicUsec())
+			status := "serving; reloaded"
+			if f.file == "" {
+				status = "serving; SIGHUP ignored: no config file"
+			}
+			if err := f.reload(srv, log); err != nil {
+				status = "serving; reload failed, running config kept: " + err.Error()
+			}
+			notify(log, sdnotify.Ready, sdnotify.Status(status))
 			continue
 		}
+		notify(log, sdnotify.Stopping)
 		shutdown(srv, sig, sigs, metrics, f.cur.shutdownTimeout, log)
 		return 0
 	}
 	return 0
+}
+
+// notify tells the service manager, if one listens (NOTIFY_SOCKET), the
+// relay's state (sd_notify(3)).
+func notify(log *slog.Logger, lines ...string) {
+	if err := sdnotify.Notify(lines...); err != nil {
+		log.Warn("service manager notification failed", "err", err)
+	}
 }
 
 // inherit gives srv the sockets of socket activation (listenFDs), if
@@ -242,13 +261,13 @@ func shutdown(srv *relay.Server, sig os.Signal, sigs chan os.Signal, metrics *me
 }
 
 // reload re-reads the config file on SIGHUP; on any error the running
-// configuration stays. The settings follow the file as at start, unless
+// configuration stays, and reload returns the error. The settings follow the file as at start, unless
 // a flag gave them: the log level and the shutdown timeout at once; the
 // engine, the log format and the metrics address take a restart.
-func (f *relayFlags) reload(srv *relay.Server, log *slog.Logger) {
+func (f *relayFlags) reload(srv *relay.Server, log *slog.Logger) error {
 	if f.file == "" {
 		log.Warn("SIGHUP ignored: no config file (-c) to reload")
-		return
+		return nil
 	}
 	cfg, st, err := f.fromFile()
 	var lvl slog.Level
@@ -267,7 +286,7 @@ func (f *relayFlags) reload(srv *relay.Server, log *slog.Logger) {
 	}
 	if err != nil {
 		log.Error("reload failed; keeping the running config", "err", err)
-		return
+		return err
 	}
 	f.level.Set(lvl)
 	// "" is the platform's default: naming it changes nothing.
@@ -283,6 +302,7 @@ func (f *relayFlags) reload(srv *relay.Server, log *slog.Logger) {
 	st.engine, st.logFormat, st.metrics = f.cur.engine, f.cur.logFormat, f.cur.metrics
 	f.cur = st
 	log.Info("reloaded", "file", f.file, "routes", len(cfg.Routes))
+	return nil
 }
 
 // effectiveEngine is the engine name the relay runs for name: name
