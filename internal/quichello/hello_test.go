@@ -2,14 +2,13 @@ package quichello
 
 import (
 	"bytes"
-	"context"
 	"crypto/aes"
 	"crypto/cipher"
-	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"testing"
 
+	"github.com/zeroio/zeroio/internal/quictest"
 	"github.com/zeroio/zeroio/internal/tlshello"
 )
 
@@ -57,83 +56,23 @@ func TestInitialKeys(t *testing.T) {
 // it in its Initial CRYPTO stream.
 func clientHello(t testing.TB, name string, alpn ...string) []byte {
 	t.Helper()
-	c := tls.QUICClient(&tls.QUICConfig{TLSConfig: &tls.Config{ServerName: name, NextProtos: alpn, MinVersion: tls.VersionTLS13}})
-	c.SetTransportParameters([]byte{0x04, 0x04, 0x80, 0x10, 0x00, 0x00})
-	if err := c.Start(context.Background()); err != nil {
+	hello, err := quictest.ClientHello(name, alpn...)
+	if err != nil {
 		t.Fatal(err)
-	}
-	defer c.Close()
-	var hello []byte
-	for ev := c.NextEvent(); ev.Kind != tls.QUICNoEvent; ev = c.NextEvent() {
-		if ev.Kind == tls.QUICWriteData && ev.Level == tls.QUICEncryptionLevelInitial {
-			hello = append(hello, ev.Data...)
-		}
-	}
-	if len(hello) == 0 {
-		t.Fatal("no ClientHello from crypto/tls")
 	}
 	return hello
 }
 
 // crypto appends a CRYPTO frame.
-func crypto(b []byte, off int, data []byte) []byte {
-	b = append(b, frameCrypto)
-	b = appendVarint(b, uint64(off))
-	b = appendVarint(b, uint64(len(data)))
-	return append(b, data...)
-}
-
-func appendVarint(b []byte, v uint64) []byte {
-	switch {
-	case v < 1<<6:
-		return append(b, byte(v))
-	case v < 1<<14:
-		return binary.BigEndian.AppendUint16(b, uint16(v)|0x4000)
-	case v < 1<<30:
-		return binary.BigEndian.AppendUint32(b, uint32(v)|0x80000000)
-	}
-	return binary.BigEndian.AppendUint64(b, v|0xc0<<56)
-}
+func crypto(b []byte, off int, data []byte) []byte { return AppendCrypto(b, off, data) }
 
 // seal builds a protected client Initial packet carrying payload, padded
 // with PADDING frames so that the packet takes at least padTo bytes.
 func seal(t testing.TB, version uint32, dcid []byte, pn uint32, payload []byte, padTo int) []byte {
 	t.Helper()
-	k, err := initialKeys(version, dcid, true)
+	pkt, err := SealInitial(version, dcid, []byte{1, 2, 3, 4}, pn, payload, padTo)
 	if err != nil {
 		t.Fatal(err)
-	}
-	typeBits := byte(0)
-	if version == Version2 {
-		typeBits = 1
-	}
-	const pnLen = 2
-	hdr := []byte{0xc0 | typeBits<<4 | (pnLen - 1)}
-	hdr = binary.BigEndian.AppendUint32(hdr, version)
-	hdr = append(hdr, byte(len(dcid)))
-	hdr = append(hdr, dcid...)
-	hdr = append(hdr, 4, 1, 2, 3, 4) // source connection ID
-	hdr = append(hdr, 0)             // no token
-	body := len(payload) + tagLen
-	if n := padTo - (len(hdr) + 2 + pnLen + body); n > 0 {
-		payload = append(payload, make([]byte, n)...)
-		body += n
-	}
-	hdr = binary.BigEndian.AppendUint16(hdr, uint16(pnLen+body)|0x4000)
-	pnOff := len(hdr)
-	hdr = binary.BigEndian.AppendUint16(hdr, uint16(pn))
-	nonce := k.iv
-	var pnb [8]byte
-	binary.BigEndian.PutUint64(pnb[:], uint64(pn))
-	for i := range pnb {
-		nonce[4+i] ^= pnb[i]
-	}
-	pkt := k.aead.Seal(hdr, nonce[:], payload, hdr)
-	var mask [16]byte
-	k.hp.Encrypt(mask[:], pkt[pnOff+4:pnOff+4+sampleLen])
-	pkt[0] ^= mask[0] & 0x0f
-	for i := range pnLen {
-		pkt[pnOff+i] ^= mask[1+i]
 	}
 	return pkt
 }
