@@ -76,11 +76,16 @@ type Route struct {
 	// is the default: it takes clients that send no ClientHello (another
 	// protocol), no server name, or one no route takes; without one,
 	// such clients are closed. The hello is read without being consumed:
-	// the target receives every byte the client sent. Routes that could
-	// match the same client equally are a configuration error, and so
-	// are SNI or ALPN on a UDP route. Routes sharing an address must
-	// agree on Workers, AcceptProxy, TrustedProxies, ProxyHeaderTimeout,
-	// PeekTimeout and the Unix socket settings.
+	// the target receives every byte the client sent. UDP routes share
+	// an address the same way, by the ClientHello a QUIC client sends
+	// in its Initial packets (QUIC versions 1 and 2), which the relay
+	// decrypts and reassembles, holding a client's first datagrams (a
+	// few, for a couple of seconds) until the hello is whole; a client
+	// that sends no readable hello goes to the default route. Routes
+	// that could match the same client equally are a configuration
+	// error. Routes sharing an address must agree on Workers,
+	// AcceptProxy, TrustedProxies, ProxyHeaderTimeout, PeekTimeout,
+	// UDPBuffer and the Unix socket settings.
 	SNI, ALPN []string
 	// PeekTimeout bounds how long a client on an address shared by
 	// several routes (or whose only route has SNI or ALPN) has to send

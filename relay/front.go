@@ -62,6 +62,11 @@ type FrontStats struct {
 	// PROXY header was read, before the match.
 	ProxyHeaderErrors, Untrusted uint64
 	AcceptErrors                 uint64
+	// UDP is set for a UDP listen address shared by routes (whose
+	// Unmatched clients sent a QUIC ClientHello no route takes, and were
+	// dropped; ProxyHeaderErrors and Untrusted count datagrams, and
+	// the hello counters above stay zero).
+	UDP *UDPFrontStats
 }
 
 // frontKey names the front of a stream route: its listen address, or for

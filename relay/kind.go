@@ -9,7 +9,7 @@ import (
 // does not take, each by its configuration key (max_conns,
 // session_timeout): on a UDP route the stream settings (connection
 // limits, dial, idle, peek and PROXY header timeouts, keep-alive, Nagle,
-// PROXY protocol v1, health checks, SNI and ALPN); on a stream route
+// PROXY protocol v1, health checks); on a stream route
 // the UDP settings (session timeout and limit, buffer, QUIC-LB); more
 // than one worker on a Unix socket path; a Unix socket file's mode, user
 // and group on any other listen address. [New] refuses a route that
@@ -30,8 +30,6 @@ func (r Route) Misfits() []string {
 	// validate refuses these with messages of their own.
 	if r.Listen.Datagram() {
 		add(r.HealthCheck != (HealthCheck{}), "health_check")
-		add(len(r.SNI) > 0, "sni")
-		add(len(r.ALPN) > 0, "alpn")
 		add(r.SendProxy == 1, "send_proxy") // v1 has no datagram form
 	}
 	path := r.Listen.Network == "unix" && !strings.HasPrefix(r.Listen.Address, "@")

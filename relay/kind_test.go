@@ -31,8 +31,6 @@ func TestMisfits(t *testing.T) {
 		{"peek_timeout", udp, func(r *Route) { r.PeekTimeout = time.Second }},
 		{"health_check", udp, func(r *Route) { r.HealthCheck.Interval = time.Second }},
 		{"health_check", udp, func(r *Route) { r.HealthCheck.Rise = 2 }},
-		{"sni", udp, func(r *Route) { r.SNI = []string{"a.example"} }},
-		{"alpn", udp, func(r *Route) { r.ALPN = []string{"h2"} }},
 		{"send_proxy", udp, func(r *Route) { r.SendProxy = 1 }},
 		{"session_timeout", tcp, func(r *Route) { r.SessionTimeout = time.Second }},
 		{"max_sessions", unix, func(r *Route) { r.MaxSessions = 1 }},

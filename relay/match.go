@@ -175,9 +175,6 @@ func (e *sniEntry) pick(h *tlshello.Info) *route {
 // checkSNI normalizes a route's SNI and ALPN lists (lower case, no
 // trailing dot) and says what is wrong with them.
 func checkSNI(r *Route) error {
-	if (len(r.SNI) > 0 || len(r.ALPN) > 0) && r.Listen.Datagram() {
-		return fmt.Errorf("sni and alpn are for stream routes, not %s", r.Listen)
-	}
 	sni := make([]string, len(r.SNI))
 	for i, n := range r.SNI {
 		n = strings.TrimSuffix(strings.ToLower(n), ".")

@@ -136,8 +136,8 @@ func TestCheckSNI(t *testing.T) {
 		{Route{Listen: Addr{"tcp", "127.0.0.1:1"}, SNI: []string{"a..example"}}, false},
 		{Route{Listen: Addr{"tcp", "127.0.0.1:1"}, SNI: []string{"café.example"}}, false},
 		{Route{Listen: Addr{"tcp", "127.0.0.1:1"}, ALPN: []string{""}}, false},
-		{Route{Listen: Addr{"udp", "127.0.0.1:1"}, SNI: []string{"a.example"}}, false},
-		{Route{Listen: Addr{"udp", "127.0.0.1:1"}, ALPN: []string{"h3"}}, false},
+		{Route{Listen: Addr{"udp", "127.0.0.1:1"}, SNI: []string{"a.example"}}, true},
+		{Route{Listen: Addr{"udp", "127.0.0.1:1"}, ALPN: []string{"h3"}}, true},
 	} {
 		err := checkSNI(&tc.r)
 		if (err == nil) != tc.ok || (err != nil && strings.Contains(err.Error(), "\n")) {
@@ -159,7 +159,9 @@ func TestConfigFronts(t *testing.T) {
 		{"shared", []Route{{Name: "a", Listen: l, Target: tg, SNI: []string{"a.example"}}, {Name: "b", Listen: l, Target: tg}}, ""},
 		{"workers differ", []Route{{Name: "a", Listen: l, Target: tg, SNI: []string{"a.example"}, Workers: 2}, {Name: "b", Listen: l, Target: tg}}, "differ in workers"},
 		{"peek differs", []Route{{Name: "a", Listen: l, Target: tg, SNI: []string{"a.example"}, PeekTimeout: 1}, {Name: "b", Listen: l, Target: tg}}, "differ in peek_timeout"},
-		{"udp sni", []Route{{Name: "a", Listen: Addr{"udp", "127.0.0.1:53"}, Target: Addr{"udp", "127.0.0.1:54"}, SNI: []string{"a.example"}}}, "stream routes"},
+		{"udp sni", []Route{{Name: "a", Listen: Addr{"udp", "127.0.0.1:53"}, Target: Addr{"udp", "127.0.0.1:54"}, SNI: []string{"a.example"}}}, ""},
+		{"udp shared", []Route{{Name: "a", Listen: Addr{"udp", "127.0.0.1:53"}, Target: Addr{"udp", "127.0.0.1:54"}, SNI: []string{"a.example"}}, {Name: "b", Listen: Addr{"udp", "127.0.0.1:53"}, Target: Addr{"udp", "127.0.0.1:54"}}}, ""},
+		{"udp twice", []Route{{Name: "a", Listen: Addr{"udp", "127.0.0.1:53"}, Target: Addr{"udp", "127.0.0.1:54"}}, {Name: "b", Listen: Addr{"udp", "127.0.0.1:53"}, Target: Addr{"udp", "127.0.0.1:54"}}}, "can match the same client"},
 		{"overlap", []Route{{Name: "a", Listen: Addr{"tcp", "0.0.0.0:8443"}, Target: tg}, {Name: "b", Listen: l, Target: tg}}, "overlap"},
 		{"overlap v6 dual stack", []Route{{Name: "a", Listen: Addr{"tcp", "[::]:8443"}, Target: tg}, {Name: "b", Listen: l, Target: tg}}, "overlap"},
 		{"no overlap v6 only", []Route{{Name: "a", Listen: Addr{"tcp6", "[::]:8443"}, Target: tg}, {Name: "b", Listen: l, Target: tg}}, ""},

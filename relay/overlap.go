@@ -18,7 +18,7 @@ func checkFronts(routes []Route) []error {
 	var keys []string
 	for i := range routes {
 		r := &routes[i]
-		if r.Listen.Datagram() || r.Listen.Network == "" {
+		if r.Listen.Network == "" {
 			continue
 		}
 		k := frontKey(r)
@@ -47,9 +47,8 @@ func checkFronts(routes []Route) []error {
 }
 
 // checkSpellings refuses routes that would bind one socket address twice,
-// which would fail with "address in use" only at start: two UDP routes
-// on one address (stream routes share theirs, as a front), or routes of
-// either kind on one address written two ways (tcp://127.0.0.1:80 and
+// which would fail with "address in use" only at start: routes of either
+// kind on one address written two ways (tcp://127.0.0.1:80 and
 // tcp4://127.0.0.1:80, [::1] and [0::1]), which would not share it.
 func checkSpellings(routes []Route) []error {
 	var errs []error
@@ -66,8 +65,6 @@ func checkSpellings(routes []Route) []error {
 			seen[k] = r
 		case o.Listen != r.Listen:
 			errs = append(errs, fmt.Errorf("routes %q (%s) and %q (%s) listen on one address written two ways: write it the same in both", o.Name, o.Listen, r.Name, r.Listen))
-		case r.Listen.Datagram():
-			errs = append(errs, fmt.Errorf("route %q: listen address %s used twice", r.Name, r.Listen))
 		}
 	}
 	return errs
@@ -86,6 +83,8 @@ func frontDiff(a, b *Route) string {
 	switch {
 	case a.Workers != b.Workers:
 		return "workers"
+	case a.UDPBuffer != b.UDPBuffer:
+		return "udp_buffer"
 	case a.AcceptProxy != b.AcceptProxy:
 		return "accept_proxy"
 	case !slices.Equal(a.TrustedProxies, b.TrustedProxies):

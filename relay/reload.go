@@ -23,6 +23,13 @@ type plan struct {
 	udpNew  map[string]*route         // UDP routes opened by this plan
 	udpGrow map[*route][]*udpSock     // sockets added to kept UDP routes
 	udpLess map[*route]int            // kept UDP routes to shrink to this many sockets
+	// Shared UDP addresses (reloadudpfront.go).
+	udpFronts  map[string]*udpFront // the fronts of the new config: kept or new
+	frontNew   map[string]*udpFront // fronts that open sockets of their own
+	frontTaken map[*udpFront]bool   // running fronts whose sockets a route takes
+	udpMembers map[string]*route    // new routes of fronts
+	takes      []takeover
+
 	undo    []func()
 	carry   map[string]*route // for Start: the unopened routes whose load to keep
 	targets map[string]*resolved
@@ -38,7 +45,8 @@ func (s *Server) apply(cfg Config, targets map[string]*resolved, carry map[strin
 		s: s, fronts: map[string]*front{}, fresh: map[*front]bool{},
 		grow: map[*front][]net.Listener{}, shrink: map[*front]int{},
 		udpNew: map[string]*route{}, udpGrow: map[*route][]*udpSock{}, udpLess: map[*route]int{},
-		carry: carry, targets: targets,
+		udpFronts: map[string]*udpFront{}, frontNew: map[string]*udpFront{}, frontTaken: map[*udpFront]bool{},
+		udpMembers: map[string]*route{}, carry: carry, targets: targets,
 	}
 	if err := p.prepare(cfg); err != nil {
 		for i := len(p.undo) - 1; i >= 0; i-- {
@@ -200,11 +208,18 @@ func (f *front) boundPort() int {
 func (p *plan) commit(cfg Config) []queuedConn {
 	s := p.s
 	routes := p.commitRoutes(cfg)
+	p.commitFrontsUDP(cfg, routes)
 	// The UDP routes that replace others read their new sockets before
 	// the old ones stop.
 	for _, rt := range p.udpNew {
 		rt.serve()
 	}
+	for _, f := range p.frontNew {
+		f.sock.udp.serve(f.sock.udp.lns)
+	}
+	// Shared addresses that end relay what their sockets hold to their
+	// routes before those stop.
+	p.endFrontsUDP()
 	for name, old := range s.routes {
 		if old.udp != nil && routes[name] != old {
 			old.handOver(p.heir(old))
@@ -238,6 +253,10 @@ func (p *plan) commitRoutes(cfg Config) map[string]*route {
 		switch {
 		case p.udpNew[r.Name] != nil:
 			routes[r.Name] = p.udpNew[r.Name]
+		case p.udpMembers[r.Name] != nil:
+			rt := p.udpMembers[r.Name]
+			rt.targets().startChecks(s)
+			routes[r.Name] = rt
 		case r.Listen.Datagram():
 			old.update(r, p.targets[r.Name]) // resolved beforehand: no error
 			routes[r.Name] = old

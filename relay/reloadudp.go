@@ -20,14 +20,24 @@ import (
 // route's higher workers add. Undo closes them.
 func (p *plan) prepareUDP(cfg Config) error {
 	s := p.s
+	groups, keys := udpGroups(cfg.Routes)
+	inFront := map[string]bool{}
+	for _, g := range groups {
+		for _, r := range g {
+			inFront[r.Name] = true
+		}
+	}
 	kept := map[string]bool{} // running UDP routes whose sockets stay
 	for _, r := range cfg.Routes {
-		if old := s.routes[r.Name]; r.Listen.Datagram() && old != nil && old.udp != nil && keepsSockets(old, &r) {
+		if old := s.routes[r.Name]; r.Listen.Datagram() && !inFront[r.Name] && old != nil && old.udp != nil && old.udp.shared == nil && keepsSockets(old, &r) {
 			kept[r.Name] = true
 		}
 	}
+	if err := p.prepareFronts(groups, keys, kept); err != nil {
+		return err
+	}
 	for _, r := range cfg.Routes {
-		if !r.Listen.Datagram() {
+		if !r.Listen.Datagram() || inFront[r.Name] {
 			continue
 		}
 		old := s.routes[r.Name]
@@ -35,6 +45,13 @@ func (p *plan) prepareUDP(cfg Config) error {
 			if err := p.growUDP(old, &r); err != nil {
 				return fmt.Errorf("route %q: %w", r.Name, err)
 			}
+			continue
+		}
+		ok, err := p.leavesFront(old, &r)
+		if err != nil {
+			return err
+		}
+		if ok {
 			continue
 		}
 		var l *load
@@ -51,36 +68,42 @@ func (p *plan) prepareUDP(cfg Config) error {
 		if err != nil {
 			return err
 		}
-		// Undone, the route's readers start and stop at once: what its
-		// sockets took meanwhile (sharing a port) is relayed, once the
-		// group they joined gives new datagrams to its old sockets only,
-		// or, where they are not in that group or it cannot be steered,
-		// once they have left the kernel's choice as handOver's do (a
-		// specific address outranks the wildcard until it closes).
-		p.undo = append(p.undo, func() {
-			unhash := false
-			for _, o := range shared {
-				if sameGroup(o.udp, rt.udp) && steer(o.udp.lns[0], 0, len(o.udp.lns)) == nil {
-					settleSteering()
-				} else {
-					unhash = true
-				}
-			}
-			if unhash {
-				ok := true
-				for _, ln := range rt.udp.lns {
-					ok = unhashUDP(ln) == nil && ok
-				}
-				if ok {
-					settleSteering()
-				}
-			}
-			rt.udp.serve(rt.udp.lns)
-			rt.stop()
-		})
+		p.undoOpen(rt, shared)
 		p.udpNew[r.Name] = rt
 	}
 	return nil
+}
+
+// undoOpen makes the plan's undo stop rt, whose sockets it opened,
+// sharing the port of the routes shared. Undone, the route's readers
+// start and stop at once: what its sockets took meanwhile (sharing a
+// port) is relayed, once the group they joined gives new datagrams to
+// its old sockets only, or, where they are not in that group or it
+// cannot be steered, once they have left the kernel's choice as
+// handOver's do (a specific address outranks the wildcard until it
+// closes).
+func (p *plan) undoOpen(rt *route, shared []*route) {
+	p.undo = append(p.undo, func() {
+		unhash := false
+		for _, o := range shared {
+			if sameGroup(o.udp, rt.udp) && steer(o.udp.lns[0], 0, len(o.udp.lns)) == nil {
+				settleSteering()
+			} else {
+				unhash = true
+			}
+		}
+		if unhash {
+			ok := true
+			for _, ln := range rt.udp.lns {
+				ok = unhashUDP(ln) == nil && ok
+			}
+			if ok {
+				settleSteering()
+			}
+		}
+		rt.udp.serve(rt.udp.lns)
+		rt.stop()
+	})
 }
 
 // keepsSockets reports whether rt's sockets are the ones r asks for: the
@@ -140,7 +163,10 @@ func (p *plan) growUDP(rt *route, r *Route) error {
 func (p *plan) resizeUDP(rt *route) {
 	u := rt.udp
 	m, less := p.udpLess[rt]
-	switch more := p.udpGrow[rt]; {
+	more := p.udpGrow[rt]
+	delete(p.udpLess, rt) // applied once, by whichever step comes first
+	delete(p.udpGrow, rt)
+	switch {
 	case more != nil:
 		u.grow(more)
 	case less && u.shrink(m):
@@ -171,6 +197,11 @@ func (p *plan) openUDP(rt *route, kept map[string]bool) (shared []*route, err er
 			olds = append(olds, o)
 		}
 	}
+	for k, f := range s.udpFronts { // a shared address this reload ends
+		if p.udpFronts[k] != f && !p.frontTaken[f] && len(f.sock.udp.lns) > 0 && f.sock.udp.lns[0].LocalAddr().(*net.UDPAddr).Port == r.Listen.port() {
+			olds = append(olds, f.sock)
+		}
+	}
 	if len(olds) == 0 {
 		return nil, err
 	}
@@ -183,6 +214,11 @@ func (p *plan) openUDP(rt *route, kept map[string]bool) (shared []*route, err er
 			}
 		}
 		return olds, rt.openUDP(r, tg, true)
+	}
+	for _, o := range olds {
+		if o.udp.front != nil { // restore puts back routes, not fronts
+			return nil, err
+		}
 	}
 	for _, o := range olds {
 		o.stop()
@@ -213,7 +249,14 @@ func samePort(u, v *udpRoute) bool {
 // share old's group.
 func (p *plan) heir(old *route) *route {
 	var port *route
+	news := make([]*route, 0, len(p.udpNew)+len(p.frontNew))
 	for _, rt := range p.udpNew {
+		news = append(news, rt)
+	}
+	for _, f := range p.frontNew {
+		news = append(news, f.sock)
+	}
+	for _, rt := range news {
 		switch {
 		case sameGroup(old.udp, rt.udp):
 			return rt

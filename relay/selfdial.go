@@ -126,6 +126,11 @@ func (s *Server) updatePorts() {
 			udpPorts = append(udpPorts, ln.AddrPort())
 		}
 	}
+	for _, f := range s.udpFronts {
+		for _, ln := range f.sock.udp.lns {
+			udpPorts = append(udpPorts, ln.AddrPort())
+		}
+	}
 	s.ports.Store(&ports)
 	s.udpPorts.Store(&udpPorts)
 }

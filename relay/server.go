@@ -48,6 +48,9 @@ type Server struct {
 	// inherited are the sockets Inherit gave, which routes use rather
 	// than bind; Shutdown closes them. Under mu.
 	inherited []*inherited
+	// udpFronts are the UDP listen addresses shared by routes, by
+	// frontKey, under mu; set by Start.
+	udpFronts map[string]*udpFront
 }
 
 // New validates cfg and returns a Server that has not opened anything yet.
@@ -56,7 +59,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	s := &Server{log: cfg.Logger, cfg: cfg, routes: map[string]*route{}, fronts: map[string]*front{}, stopping: make(chan struct{})}
+	s := &Server{log: cfg.Logger, cfg: cfg, routes: map[string]*route{}, fronts: map[string]*front{}, udpFronts: map[string]*udpFront{}, stopping: make(chan struct{})}
 	s.setConnLog(cfg)
 	s.eng = newEngine(s, cfg.Engine)
 	s.ports.Store(new([]netip.AddrPort))
@@ -246,6 +249,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var queued []queuedConn
 	for _, f := range s.fronts {
 		queued = append(queued, f.stop()...)
+	}
+	for _, f := range s.udpFronts {
+		f.close()
 	}
 	for _, rt := range s.routes {
 		rt.stop()

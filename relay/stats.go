@@ -76,8 +76,10 @@ type Stats struct {
 	// ClientHello that chooses their route.
 	Active int64
 	Routes []RouteStats
-	// Fronts are the stream listen addresses, sorted by Listen, with
-	// the clients turned away before a route was chosen.
+	// Fronts are the stream listen addresses, and the UDP ones shared by
+	// routes, sorted by Listen, with the clients turned away (or, on a
+	// UDP address, not routed by a QUIC ClientHello) before a route was
+	// chosen.
 	Fronts []FrontStats
 	// Loops are the connections each loop of the event engine serves, or
 	// was handed and is about to: each new connection goes to the loop
@@ -119,6 +121,9 @@ func (s *Server) Stats() Stats {
 		if f.table.Load() != nil {
 			st.Fronts = append(st.Fronts, f.stats())
 		}
+	}
+	for _, f := range s.udpFronts {
+		st.Fronts = append(st.Fronts, f.stats())
 	}
 	slices.SortFunc(st.Fronts, func(a, b FrontStats) int { return strings.Compare(a.Listen, b.Listen) })
 	return st

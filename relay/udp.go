@@ -32,6 +32,12 @@ type udpRoute struct {
 	first atomic.Pointer[udp.Conn] // lns[0], which a shrink keeps
 	to    atomic.Pointer[udpAddrs] // the targets' addresses; Update may change them
 
+	// front is set on the route that reads a shared address's sockets
+	// for its routes (udpFront.sock), shared on each of those routes,
+	// which have no sockets of their own; both nil on a route alone on
+	// its address. Under the Server's mu.
+	front, shared *udpFront
+
 	readers  sync.WaitGroup // the run goroutines
 	stopping atomic.Bool    // close has begun: readers relay what is queued and exit
 
@@ -64,18 +70,24 @@ func (u *udpRoute) update(cur, r *Route, res *resolved) error {
 		}
 		u.to.Store(&to)
 	}
-	if r.UDPBuffer != cur.UDPBuffer {
-		for _, ln := range u.lns {
-			err := ln.SetReadBuffer(r.UDPBuffer)
-			if err == nil {
-				err = ln.SetWriteBuffer(r.UDPBuffer)
-			}
-			if err != nil {
-				u.rt.srv.log.Warn("UDP buffer size unchanged", "route", u.rt.name, "err", err)
-			}
+	u.setBuffers(cur, r)
+	return nil
+}
+
+// setBuffers gives u's sockets, configured as cur, r's buffer size.
+func (u *udpRoute) setBuffers(cur, r *Route) {
+	if r.UDPBuffer == cur.UDPBuffer {
+		return
+	}
+	for _, ln := range u.lns {
+		err := ln.SetReadBuffer(r.UDPBuffer)
+		if err == nil {
+			err = ln.SetWriteBuffer(r.UDPBuffer)
+		}
+		if err != nil {
+			u.rt.srv.log.Warn("UDP buffer size unchanged", "route", u.rt.name, "err", err)
 		}
 	}
-	return nil
 }
 
 // listenUDP opens the sockets of a UDP route configured as r. reuse puts
@@ -163,6 +175,9 @@ func closeUDPSocks(lns []*udpSock) {
 }
 
 func (u *udpRoute) addrs() []net.Addr {
+	if u.shared != nil {
+		return u.shared.addrs()
+	}
 	as := make([]net.Addr, len(u.lns))
 	for i, ln := range u.lns {
 		as[i] = ln.LocalAddr()
@@ -269,6 +284,8 @@ func (u *udpRoute) relayBatch(ln *udp.Conn, msgs []udp.Message, sc *readScratch)
 		switch {
 		case m.Truncated:
 			st.udpDropTruncated.Add(1)
+		case u.front != nil:
+			s, skip = u.front.find(r, ln, m, now)
 		case r.AcceptProxy:
 			s, skip = u.proxied(r, ln, m, now)
 		default:
@@ -293,7 +310,11 @@ func (u *udpRoute) relayBatch(ln *udp.Conn, msgs []udp.Message, sc *readScratch)
 		if p := s.peer.Load(); p.proxy != nil {
 			sc.prefix(p.proxy)
 		}
-		u.forward(r, s, sc.out)
+		if s.u == u {
+			u.forward(r, s, sc.out)
+		} else { // a session of a route sharing u's sockets
+			s.u.forward(s.u.rt.cfg.Load(), s, sc.out)
+		}
 		clear(sc.out)
 		sc.out = sc.out[:0]
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"net/netip"
 	"runtime"
 	"strings"
 	"sync"
@@ -32,6 +33,11 @@ func udpEcho(t testing.TB, network, addr string) *net.UDPConn {
 // nothing where reply returns nil, until the test ends; then it closes c
 // and waits for the loop to stop.
 func serveUDP(t testing.TB, c *net.UDPConn, reply func(in []byte) []byte) {
+	serveUDPFrom(t, c, func(in []byte, _ netip.AddrPort) []byte { return reply(in) })
+}
+
+// serveUDPFrom is serveUDP with the sender's address.
+func serveUDPFrom(t testing.TB, c *net.UDPConn, reply func(in []byte, from netip.AddrPort) []byte) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -41,7 +47,7 @@ func serveUDP(t testing.TB, c *net.UDPConn, reply func(in []byte) []byte) {
 			if err != nil {
 				return
 			}
-			if out := reply(buf[:n]); out != nil {
+			if out := reply(buf[:n], from); out != nil {
 				c.WriteToUDPAddrPort(out, from)
 			}
 		}

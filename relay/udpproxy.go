@@ -23,10 +23,22 @@ import (
 // (the sender is not a trusted proxy, or its header is not a valid v2
 // one), and counted.
 func (u *udpRoute) proxied(r *Route, ln *udp.Conn, m *udp.Message, now int64) (*session, int) {
+	hp, n, ok := u.proxyHeader(r, m)
+	if !ok {
+		return nil, 0
+	}
+	a := arrived(m, hp, n)
+	return u.session(r, ln, &a, now, 1), n
+}
+
+// proxyHeader reads the PROXY header m starts with: the client it names
+// (nil for the sender) and the header's length. ok is false when m is
+// dropped, and counted, for its sender or its header.
+func (u *udpRoute) proxyHeader(r *Route, m *udp.Message) (hp *proxyproto.Header, n int, ok bool) {
 	st := &u.rt.st
 	if !trustsPeer(r, m.Addr) {
 		st.denied.Add(1)
-		return nil, 0
+		return nil, 0, false
 	}
 	h, n, err := proxyproto.Parse(m.Buf[:m.N])
 	if err == nil && h.Version != 2 {
@@ -35,16 +47,14 @@ func (u *udpRoute) proxied(r *Route, ln *udp.Conn, m *udp.Message, now int64) (*
 	if err != nil {
 		st.errProxy.Add(1)
 		u.proxyFailed(m.Addr, err)
-		return nil, 0
+		return nil, 0, false
 	}
 	// A LOCAL header, or one without addresses, leaves the sender as
 	// the client.
-	var hp *proxyproto.Header
 	if h.Command == proxyproto.Proxy && h.Source.IsValid() {
 		hp = &h
 	}
-	a := arrived(m, hp, n)
-	return u.session(r, ln, &a, now, 1), n
+	return hp, n, true
 }
 
 var errUDPProxyV1 = proxyError("a PROXY v1 header on a datagram: v1 has no datagram form")

@@ -106,6 +106,18 @@ var (
 		"Clients of a listen address closed before a route was chosen, by reason: unmatched (no route takes the ClientHello, or its absence), hello_timeout, hello_malformed, hello_too_large, proxy_header, untrusted.",
 		[]string{"listen", "reason"}, nil)
 
+	// A UDP listen address shared by routes sends a client whose first
+	// datagrams carry no readable QUIC ClientHello to its default route.
+	mUDPUnrouted = prometheus.NewDesc("zeroio_relay_listen_udp_unrouted_total",
+		"Clients of a UDP listen address shared by routes that were not routed by a QUIC ClientHello, by reason: not_quic, quic_version, undecryptable, malformed, too_large, hello_timeout, held_limit. Each went to the default route, or was dropped if there is none.",
+		[]string{"listen", "reason"}, nil)
+	mUDPUnroutedDrops = prometheus.NewDesc("zeroio_relay_listen_udp_dropped_total",
+		"Datagrams of a UDP listen address shared by routes dropped because no route took their client, and (reason truncated) datagrams longer than the receive buffer.",
+		[]string{"listen", "reason"}, nil)
+	mUDPHeld = prometheus.NewDesc("zeroio_relay_listen_udp_held_clients",
+		"Clients of a UDP listen address shared by routes whose datagrams are held until their QUIC ClientHello is whole.",
+		[]string{"listen"}, nil)
+
 	mLoopConns = prometheus.NewDesc("zeroio_relay_event_loop_connections",
 		"Connections each loop of the event engine serves (a new connection goes to the loop with the fewest).",
 		[]string{"loop"}, nil)
@@ -125,7 +137,7 @@ type relayCollector struct{ s *relay.Server }
 
 func (c relayCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mActive, mAccepted, mRelayed, mRejected, mBytes, mErrors, mSessions, mSessTot, mPackets, mDrops, mMoved,
-		mPaused, mPausedNow, mTargetUp, mTargetWeight, mTargetActive, mTargetConns, mTargetFails, mTargetBytes, mHelloRejected, mLoopConns} {
+		mPaused, mPausedNow, mTargetUp, mTargetWeight, mTargetActive, mTargetConns, mTargetFails, mTargetBytes, mHelloRejected, mUDPUnrouted, mUDPUnroutedDrops, mUDPHeld, mLoopConns} {
 		ch <- d
 	}
 	describeLibStats(ch)
@@ -151,6 +163,9 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 			{f.HelloTooLarge, "hello_too_large"}, {f.ProxyHeaderErrors, "proxy_header"}, {f.Untrusted, "untrusted"},
 		} {
 			counter(mHelloRejected, v.n, f.Listen, v.reason)
+		}
+		if u := f.UDP; u != nil {
+			collectUDPFront(ch, f.Listen, u)
 		}
 	}
 	for _, r := range st.Routes {
@@ -196,4 +211,21 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	collectLibStats(ch)
+}
+
+// collectUDPFront sends the counters of a UDP listen address shared by
+// routes.
+func collectUDPFront(ch chan<- prometheus.Metric, listen string, u *relay.UDPFrontStats) {
+	for _, v := range []struct {
+		n      uint64
+		reason string
+	}{
+		{u.NotQUIC, "not_quic"}, {u.Version, "quic_version"}, {u.Undecryptable, "undecryptable"},
+		{u.Malformed, "malformed"}, {u.TooLarge, "too_large"}, {u.HelloTimeouts, "hello_timeout"}, {u.HeldLimit, "held_limit"},
+	} {
+		ch <- prometheus.MustNewConstMetric(mUDPUnrouted, prometheus.CounterValue, float64(v.n), listen, v.reason)
+	}
+	ch <- prometheus.MustNewConstMetric(mUDPUnroutedDrops, prometheus.CounterValue, float64(u.Dropped), listen, "no_route")
+	ch <- prometheus.MustNewConstMetric(mUDPUnroutedDrops, prometheus.CounterValue, float64(u.DropsTruncated), listen, "truncated")
+	ch <- prometheus.MustNewConstMetric(mUDPHeld, prometheus.GaugeValue, float64(u.Held), listen)
 }

@@ -19,8 +19,9 @@ import (
 )
 
 // TestConfigSNI: sni, alpn, peek_timeout and listen_overlap reach
-// relay.Route; --sni makes a single route; ambiguous routes, sni on UDP
-// and --sni with a file are one-line errors.
+// relay.Route; --sni makes a single route, stream or UDP (QUIC);
+// ambiguous routes, UDP routes sharing an address that differ in its
+// settings, and --sni with a file are one-line errors.
 func TestConfigSNI(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "r.yaml")
 	if err := os.WriteFile(p, []byte(`
@@ -56,12 +57,22 @@ routes:
 		t.Fatalf("flags: %+v", r)
 	}
 
+	var out, errOut bytes.Buffer
+	if code := runRelay([]string{"udp://127.0.0.1:9053", "udp://127.0.0.1:53", "--sni", "a.example", "--alpn", "h3", "--check-config"}, &out, &errOut); code != 0 ||
+		!strings.Contains(out.String(), "sni a.example") {
+		t.Fatalf("--sni on a UDP route: exit %d, %q %q", code, out.String(), errOut.String())
+	}
+
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
 		{[]string{"-c", p, "--sni", "a.example"}, "--sni and --alpn are for a single route"},
-		{[]string{"udp://127.0.0.1:9053", "udp://127.0.0.1:53", "--sni", "a.example"}, "sni and alpn are for stream routes"},
+		{[]string{"-c", write(t, `
+routes:
+  - {name: x, listen: udp://127.0.0.1:9443, sni: [a.example], target: udp://127.0.0.1:1, workers: 2}
+  - {name: y, listen: udp://127.0.0.1:9443, target: udp://127.0.0.1:2}
+`)}, `routes "x" and "y" share listen address udp://127.0.0.1:9443 but differ in workers`},
 		{[]string{"-c", write(t, `
 routes:
   - {name: x, listen: tcp://127.0.0.1:9443, sni: [a.example], target: tcp://127.0.0.1:1}
