@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"io"
@@ -229,30 +230,42 @@ func isQUICClosed(err error) bool {
 // quicTLS returns a server and a client TLS configuration sharing a fresh
 // self-signed certificate for "localhost".
 func quicTLS() (srv, cli *tls.Config, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	cert, x, err := quicCert("", "localhost")
 	if err != nil {
 		return nil, nil, err
 	}
+	pool := x509.NewCertPool()
+	pool.AddCert(x)
+	srv = &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{quicProto}}
+	cli = &tls.Config{RootCAs: pool, ServerName: "localhost", NextProtos: []string{quicProto}}
+	return srv, cli, nil
+}
+
+const quicProto = "zeroio-bench"
+
+// quicCert returns a self-signed ECDSA P-256 certificate for names, with
+// common name cn.
+func quicCert(cn string, names ...string) (tls.Certificate, *x509.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, nil, err
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: big.NewInt(1),
-		DNSNames:     []string{"localhost"},
+		Subject:      pkix.Name{CommonName: cn},
+		DNSNames:     names,
 		NotBefore:    time.Now().Add(-time.Hour),
 		NotAfter:     time.Now().Add(24 * time.Hour),
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
-		return nil, nil, err
+		return tls.Certificate{}, nil, err
 	}
-	cert, err := x509.ParseCertificate(der)
+	x, err := x509.ParseCertificate(der)
 	if err != nil {
-		return nil, nil, err
+		return tls.Certificate{}, nil, err
 	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	const proto = "zeroio-bench"
-	srv = &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, NextProtos: []string{proto}}
-	cli = &tls.Config{RootCAs: pool, ServerName: "localhost", NextProtos: []string{proto}}
-	return srv, cli, nil
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, x, nil
 }
 
 func init() {

@@ -32,6 +32,8 @@ import (
 //     relay's CPU per connection;
 //   - bulk: one connection uploading size bytes per op on a new stream;
 //     MB/s and the relay's CPU seconds per GiB;
+//   - sni: new connections as in handshake, each naming one of the two
+//     servers, routed by that name (relay_quic_sni.go);
 //   - rebind: conns connections per op (quicClients at a time), each
 //     echoing echo bytes through a NAT shim of its own that moves it to a
 //     new source port halfway; the share of connections whose echo comes
@@ -68,6 +70,11 @@ func relayQUICCases(sc Scale) []Case {
 	var cs []Case
 	for _, impl := range impls {
 		cs = append(cs, Case{"case=handshake/impl=" + impl, func(b *testing.B) { runQUICHandshakes(b, impl) }})
+	}
+	for _, impl := range impls {
+		if impl != "nginx-rr" {
+			cs = append(cs, Case{"case=sni/impl=" + impl, func(b *testing.B) { runQUICSNI(b, impl) }})
+		}
 	}
 	for _, size := range sizes {
 		for _, impl := range impls {
@@ -280,7 +287,8 @@ func echoOnce(ctx context.Context, c *quic.Conn, data []byte, want [32]byte) err
 
 // relayQUICNotes says what the suite ran with and what it left out.
 func relayQUICNotes() []string {
-	notes := []string{"quic-go clients and two quic-go servers (TLS 1.3, ECDSA P-256) behind each relay; zeroio round-robin, nginx hash $remote_addr$remote_port consistent"}
+	notes := []string{"quic-go clients and two quic-go servers (TLS 1.3, ECDSA P-256) behind each relay; zeroio round-robin, nginx hash $remote_addr$remote_port consistent",
+		"sni: zeroio routes each name to its server by the QUIC ClientHello; nginx stream cannot read a QUIC ClientHello (ssl_preread is TLS over TCP only) and routes by address, as in the other cases: named-% is the share of connections that reached the server they named"}
 	if why := nginxStreamWhyNot(); why != "" {
 		notes = append(notes, "skipped nginx: "+why)
 	}
@@ -292,6 +300,6 @@ func relayQUICNotes() []string {
 
 func init() {
 	register(Suite{Group: "relay-quic", Name: "RelayQUIC", Cases: relayQUICCases, Metric: "handshakes/s",
-		AlsoChart: []string{"cpu-µs/conn", "MB/s", "cpu-s/GiB", "survived-%"},
+		AlsoChart: []string{"cpu-µs/conn", "named-%", "MB/s", "cpu-s/GiB", "survived-%"},
 		Available: func() string { return needTools() }, Notes: relayQUICNotes})
 }

@@ -44,6 +44,11 @@ func startQUICFarm() (*quicFarm, error) {
 	if err != nil {
 		return nil, err
 	}
+	return startQUICFarmWith([2]*tls.Config{srvTLS, srvTLS}, cliTLS)
+}
+
+// startQUICFarmWith starts the servers with a TLS config each.
+func startQUICFarmWith(srvTLS [2]*tls.Config, cliTLS *tls.Config) (*quicFarm, error) {
 	var key quic.StatelessResetKey
 	rand.Read(key[:])
 	f := &quicFarm{cli: cliTLS}
@@ -54,7 +59,7 @@ func startQUICFarm() (*quicFarm, error) {
 			return nil, err
 		}
 		f.trs[i] = &quic.Transport{Conn: c, StatelessResetKey: &key}
-		if f.lns[i], err = f.trs[i].Listen(srvTLS, quicConfig); err != nil {
+		if f.lns[i], err = f.trs[i].Listen(srvTLS[i], quicConfig); err != nil {
 			f.close()
 			return nil, err
 		}
