@@ -20,7 +20,22 @@ func TestUDPRelayAllocs(t *testing.T) {
 	}
 	leakCheck(t)
 	e := udpEcho(t, "udp4", "127.0.0.1:0")
-	s := startRelay(t, udpRoute0("127.0.0.1:0", e.LocalAddr(), nil))
+	t.Run("alone", func(t *testing.T) { udpAllocs(t, startRelay(t, udpRoute0("127.0.0.1:0", e.LocalAddr(), nil))) })
+	// On an address shared by routes, an established client is found
+	// among the routes' sessions: no hello is read again.
+	t.Run("shared", func(t *testing.T) {
+		la := freeUDPPort(t).String()
+		tg := Addr{"udp", e.LocalAddr().String()}
+		udpAllocs(t, startRelay(t, Config{Routes: []Route{
+			{Name: "a", Listen: Addr{"udp", la}, Target: tg, SNI: []string{"a.example"}},
+			{Name: "u", Listen: Addr{"udp", la}, Target: tg},
+		}}))
+	})
+}
+
+// udpAllocs counts the allocations of a round trip through route "u" of
+// s, to a UDP echo server.
+func udpAllocs(t *testing.T, s *Server) {
 	c, err := net.DialUDP("udp4", nil, s.Addrs("u")[0].(*net.UDPAddr))
 	if err != nil {
 		t.Fatal(err)

@@ -86,7 +86,7 @@ func newUDPFront(s *Server, key string, rs []Route) *udpFront {
 func sockRoute(key string, r *Route) Route {
 	return Route{
 		Name: key, Listen: r.Listen, Workers: r.Workers, UDPBuffer: r.UDPBuffer, ListenOverlap: r.ListenOverlap,
-		AcceptProxy: r.AcceptProxy, TrustedProxies: r.TrustedProxies, MaxSessions: r.MaxSessions, SessionTimeout: r.SessionTimeout,
+		AcceptProxy: r.AcceptProxy, TrustedProxies: r.TrustedProxies,
 	}
 }
 

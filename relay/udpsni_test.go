@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zeroio/zeroio/internal/proxyproto"
 	"github.com/zeroio/zeroio/internal/quichello"
 	"github.com/zeroio/zeroio/internal/quictest"
 )
@@ -343,6 +344,96 @@ func TestUDPSharedConfig(t *testing.T) {
 		_, err := New(Config{Routes: []Route{ra, rb}})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("want %q, got %v", c.want, err)
+		}
+	}
+}
+
+// TestUDPSNIBounds: a client whose hello takes more datagrams than are
+// held goes to the default route with every datagram it sent, in order.
+func TestUDPSNIBounds(t *testing.T) {
+	leakCheck(t)
+	a, def := newRecTarget(t, "A"), newRecTarget(t, "D")
+	s, ra := sharedUDP(t, sniRoute("a", a, []string{"a.example"}, nil), sniRoute("d", def, nil, nil))
+	dgs := quicInitials(t, quichello.Version1, "a.example", nil, holdDatagrams+1)
+	if got := sendAll(t, dialUDP(t, ra), dgs); !strings.HasPrefix(got, "D:") {
+		t.Fatalf("reply %q, want the default route's", got)
+	}
+	if !def.eventually(dgs) {
+		t.Fatal("the default route did not receive every datagram in order")
+	}
+	if u := frontStats(t, s).UDP; u.TooLarge != 1 || u.Held != 0 {
+		t.Fatalf("stats %+v", *u)
+	}
+}
+
+// TestUDPSNIAcceptProxy: on a shared address that takes PROXY headers,
+// the hello is read after each datagram's header, and the route chosen
+// receives the datagrams without it; a datagram without a header is
+// dropped and counted on the address.
+func TestUDPSNIAcceptProxy(t *testing.T) {
+	leakCheck(t)
+	a, def := newRecTarget(t, "A"), newRecTarget(t, "D")
+	proxied := func(r Route) Route {
+		r.AcceptProxy, r.TrustedProxies = true, []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+		return r
+	}
+	s, ra := sharedUDP(t, proxied(sniRoute("a", a, []string{"a.example"}, nil)), proxied(sniRoute("d", def, nil, nil)))
+	hdr := proxyproto.AppendV2(nil, proxyproto.Datagram, netip.MustParseAddrPort("192.0.2.7:4444"), netip.MustParseAddrPort("203.0.113.1:443"))
+	dgs := quicInitials(t, quichello.Version1, "a.example", nil, 2)
+	var sent [][]byte
+	for _, d := range dgs {
+		sent = append(sent, append(append([]byte(nil), hdr...), d...))
+	}
+	proxy := dialUDP(t, ra)
+	if got := sendAll(t, proxy, sent); !strings.HasPrefix(got, "A:") {
+		t.Fatalf("reply %q", got)
+	}
+	if !a.eventually(dgs) {
+		t.Fatal("route a did not receive the datagrams without their header")
+	}
+	proxy.Write([]byte("no header"))
+	waitFor(t, func() bool { return frontStats(t, s).ProxyHeaderErrors == 1 })
+}
+
+// TestUDPSharedWorkers: a shared address with several sockets, whose
+// number a reload changes, keeps its clients' sessions.
+func TestUDPSharedWorkers(t *testing.T) {
+	leakCheck(t)
+	a, def := newRecTarget(t, "A"), newRecTarget(t, "D")
+	la := freeUDPPort(t)
+	at := func(workers int) Config {
+		rs := []Route{sniRoute("a", a, []string{"a.example"}, nil), sniRoute("d", def, nil, nil)}
+		for i := range rs {
+			rs[i].Listen.Address, rs[i].Workers = la.String(), workers
+		}
+		return Config{Routes: rs}
+	}
+	s := startRelay(t, at(2))
+	ra := s.Addrs("a")[0].(*net.UDPAddr)
+	if n := len(s.Addrs("a")); n != 2 {
+		t.Fatalf("%d sockets, want 2", n)
+	}
+	var clients []*net.UDPConn
+	var first []string
+	for range 4 {
+		c := dialUDP(t, ra)
+		got := sendAll(t, c, quicInitials(t, quichello.Version1, "a.example", nil, 2))
+		if !strings.HasPrefix(got, "A:") {
+			t.Fatalf("reply %q", got)
+		}
+		clients, first = append(clients, c), append(first, got)
+	}
+	for _, w := range []int{3, 1} {
+		if err := s.Update(at(w)); err != nil {
+			t.Fatalf("workers %d: %v", w, err)
+		}
+		if n := len(s.Addrs("d")); n != w {
+			t.Fatalf("%d sockets, want %d", n, w)
+		}
+		for i, c := range clients {
+			if got := sendAll(t, c, [][]byte{quicShort([]byte("whatever"), "x")}); got != first[i] {
+				t.Fatalf("workers %d, client %d: reply %q, want %q", w, i, got, first[i])
+			}
 		}
 	}
 }
