@@ -253,6 +253,16 @@ func adoptListener(e *eventEngine, ln net.Listener) (*evListener, error) {
 
 func (l *evListener) Accept() (net.Conn, error) { return nil, errEventAccept }
 
+// setUnlink sets whether Close removes l's Unix socket file (a hand-over
+// leaves it to the other process). Before Close only.
+func (l *evListener) setUnlink(on bool) {
+	if !on {
+		l.unlink = ""
+	} else if p := l.addr.String(); l.addr.Network() == "unix" && p != "" && p[0] != '@' {
+		l.unlink = p
+	}
+}
+
 func (l *evListener) Addr() net.Addr { return l.addr }
 
 // unwatch stops every loop watching l; none starts again. Close does

@@ -92,6 +92,10 @@ func (f *front) addrs() []net.Addr {
 
 // serve starts an accept loop on each listener from i on.
 func (f *front) serve(from int) {
+	if h := f.srv.held; h != nil { // a take-over's, until the sender lets go
+		*h = append(*h, func() { f.serve(from) })
+		return
+	}
 	for _, ln := range f.lns[from:] {
 		f.srv.serveWG.Add(1)
 		go f.srv.eng.serve(f, ln)

@@ -167,7 +167,13 @@ func (p *plan) chmod(r *Route) error {
 // in one SO_REUSEPORT group until the old one closes (Linux).
 func (p *plan) listen(r *Route, groups map[string][]Route) ([]net.Listener, error) {
 	if ins := p.s.inheritedFor(groups[frontKey(r)]...); len(ins) > 0 {
-		return p.s.adopt(listenInherited(r, ins))
+		lns, err := p.s.adopt(listenInherited(r, ins))
+		if p.s.held != nil { // a take-over's: the socket file is the sender's until it lets go
+			for _, ln := range lns {
+				setUnlink(ln, false)
+			}
+		}
+		return lns, err
 	}
 	lns, err := listenStream(r)
 	if err == nil || !errors.Is(err, syscall.EADDRINUSE) || r.Listen.Network == "unix" {

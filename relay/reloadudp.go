@@ -84,6 +84,10 @@ func (p *plan) prepareUDP(cfg Config) error {
 // closes).
 func (p *plan) undoOpen(rt *route, shared []*route) {
 	p.undo = append(p.undo, func() {
+		if rt.udp.foreign.Load() { // a take-over's: the sender reads them
+			rt.stop()
+			return
+		}
 		unhash := false
 		for _, o := range shared {
 			if sameGroup(o.udp, rt.udp) && steer(o.udp.lns[0], 0, len(o.udp.lns)) == nil {

@@ -31,7 +31,8 @@ type Server struct {
 	// parked at a limit): atLimit counts them with the active relays.
 	pending atomic.Int64
 
-	updateMu sync.Mutex // one Update at a time, resolving targets unlocked
+	updateMu sync.Mutex  // one Update at a time, resolving targets unlocked
+	handing  atomic.Bool // a HandOver is in flight
 
 	mu       sync.Mutex
 	started  bool
@@ -51,6 +52,10 @@ type Server struct {
 	// udpFronts are the UDP listen addresses shared by routes, by
 	// frontKey, under mu; set by Start.
 	udpFronts map[string]*udpFront
+
+	// held is what a take-over's Start would start serving, which
+	// waits until the sender lets go (TakeOver). Under mu.
+	held *[]func()
 }
 
 // New validates cfg and returns a Server that has not opened anything yet.
@@ -410,6 +415,10 @@ func (rt *route) addrs() []net.Addr {
 
 // serve starts a UDP route's readers and the route's health checks.
 func (rt *route) serve() {
+	if h := rt.srv.held; h != nil {
+		*h = append(*h, rt.serve)
+		return
+	}
 	rt.targets().startChecks(rt.srv)
 	if rt.udp != nil {
 		rt.udp.serve(rt.udp.lns)

@@ -40,6 +40,9 @@ type udpRoute struct {
 
 	readers  sync.WaitGroup // the run goroutines
 	stopping atomic.Bool    // close has begun: readers relay what is queued and exit
+	// foreign: another process reads the sockets too (a hand-over under
+	// way), so a stopping reader leaves what they queue to it.
+	foreign atomic.Bool
 
 	mu       sync.Mutex
 	sessions map[sessionKey]*session
@@ -107,6 +110,7 @@ func listenUDP(rt *route, r *Route, res *resolved, reuse bool) (*udpRoute, error
 	u.to.Store(&to)
 	if ins := rt.srv.inheritedFor(*r); len(ins) > 0 {
 		u.lns, err = inheritedUDP(r, ins)
+		u.foreign.Store(rt.srv.held != nil) // a take-over's: the sender reads them until it lets go
 	} else {
 		u.lns, err = openUDPSocks(r, r.Listen.Address, r.Workers, reuse || r.Workers > 1)
 	}
@@ -233,6 +237,9 @@ func (u *udpRoute) run(ln *udpSock) {
 			u.relayBatch(ln.Conn, msgs[:n], sc) // read before the error: relayed too
 		}
 		if err != nil {
+			if u.foreign.Load() && u.stopping.Load() {
+				return
+			}
 			if u.stopping.Load() || ln.retire.Load() {
 				u.drain(ln.Conn, msgs, sc)
 				return
