@@ -98,6 +98,17 @@
 // and timed ([Route.PeekTimeout]); clients turned away before a route is
 // chosen are counted in [Stats].Fronts.
 //
+// UDP routes share an address the same way, by the ClientHello of a QUIC
+// client (versions 1 and 2): the relay decrypts its Initial packets with
+// the keys every Initial is protected with and reassembles the hello from
+// their CRYPTO frames, holding the client's first datagrams (at most 4
+// and 8 KiB a client, 1024 clients an address, 2 s) until it is whole,
+// then forwards them all, unchanged and in order, to the route it chose.
+// A datagram is first looked up among the sessions of every route of the
+// address, so an established client is never parsed again. A client
+// without a readable hello goes to the default route, or is dropped
+// without one; [FrontStats].UDP counts them by reason.
+//
 // # Datagrams
 //
 // A UDP route keeps a session per client address, each with its own
