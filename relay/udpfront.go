@@ -113,7 +113,28 @@ func (f *udpFront) find(r *Route, ln *udp.Conn, m *udp.Message, now int64) (*ses
 	if !t.needsHello() {
 		return f.open(t.only(), ln, &a, now, nil, 1), skip
 	}
+	if rt := byServerID(t, a.payload); rt != nil {
+		return f.open(rt, ln, &a, now, nil, 1), skip
+	}
 	return f.hold.add(t, ln, &a, now), skip
+}
+
+// byServerID returns the route of t one of whose targets the connection
+// ID of the QUIC datagram b names by its server ID (see QUICLB): a client
+// that migrated to a new path and a new ID sends no hello, and its
+// session opens on its route as it would on a route alone on its address.
+func byServerID(t *routeTable, b []byte) *route {
+	if len(b) == 0 || b[0]&0x40 == 0 { // QUIC's fixed bit
+		return nil
+	}
+	for _, rt := range t.routes {
+		if q := rt.cfg.Load().QUICLB; q != nil {
+			if i, _ := serverFor(q, rt.targets(), b); i >= 0 {
+				return rt
+			}
+		}
+	}
+	return nil
 }
 
 // open opens the session of the client of a on rt (nil: no route takes

@@ -14,6 +14,7 @@ import (
 
 	"github.com/zeroio/zeroio/internal/proxyproto"
 	"github.com/zeroio/zeroio/internal/quichello"
+	"github.com/zeroio/zeroio/internal/quiclb"
 	"github.com/zeroio/zeroio/internal/quictest"
 )
 
@@ -435,5 +436,26 @@ func TestUDPSharedWorkers(t *testing.T) {
 				t.Fatalf("workers %d, client %d: reply %q, want %q", w, i, got, first[i])
 			}
 		}
+	}
+}
+
+// TestUDPSNIServerID: on a shared address, a client the relay has never
+// seen, sending to a connection ID that carries the server ID of one of a
+// route's targets (it migrated to a new path and a new ID), reaches that
+// target, though its route is not the default.
+func TestUDPSNIServerID(t *testing.T) {
+	leakCheck(t)
+	lb := quiclb.Config{ConfigID: 1, ServerIDLen: 2, NonceLen: 5}
+	id, err := lb.Encode(make([]byte, lb.CIDLen()), []byte("AA"), []byte("aaaaa"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, def := quicTarget(t, id), newRecTarget(t, "D")
+	ta := Addr{"udp", a.LocalAddr().String()}
+	r := Route{Name: "a", Listen: Addr{"udp", "127.0.0.1:0"}, Target: ta, SNI: []string{"a.example"},
+		QUICLB: &QUICLB{ConfigID: 1, ServerIDLen: 2, NonceLen: 5, Servers: []QUICServer{{ta, []byte("AA")}}}}
+	_, ra := sharedUDP(t, r, sniRoute("d", def, nil, nil))
+	if got, want := string(exchange(t, dialUDP(t, ra), quicShort(id, "hi"))), string(id)+":hi"; got != want {
+		t.Fatalf("reply %q, want %q", got, want)
 	}
 }
