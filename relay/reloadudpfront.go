@@ -65,6 +65,7 @@ func (p *plan) prepareFronts(groups map[string][]Route, keys []string, kept map[
 			}
 		default:
 			f = newUDPFront(s, k, g)
+			p.undo = append(p.undo, f.sock.targets().close)
 			if src := p.alone(g); src != nil {
 				if err := p.growUDP(src, &g[0]); err != nil {
 					return fmt.Errorf("route %q: %w", g[0].Name, err)
@@ -122,6 +123,7 @@ func (p *plan) member(f *udpFront, r Route) error {
 		p.undo = append(p.undo, func() { old.swapTargets(old.cfg.Load()).startChecks(p.s) })
 	}
 	rt := newRoute(p.s, r, l)
+	p.undo = append(p.undo, func() { rt.targets().close() })
 	to, err := p.targets[r.Name].get(&r)
 	if err != nil {
 		return fmt.Errorf("route %q: %w", r.Name, err)

@@ -459,3 +459,46 @@ func TestUDPSNIServerID(t *testing.T) {
 		t.Fatalf("reply %q, want %q", got, want)
 	}
 }
+
+// TestUDPSharedReloadRefused: a reload that fails leaves a shared address
+// as it was: its routes, and the sessions of its clients.
+func TestUDPSharedReloadRefused(t *testing.T) {
+	leakCheck(t)
+	a, b, def := newRecTarget(t, "A"), newRecTarget(t, "B"), newRecTarget(t, "D")
+	routes := []Route{sniRoute("a", a, []string{"a.example"}, nil), sniRoute("d", def, nil, nil)}
+	s, ra := sharedUDP(t, routes...)
+	c := dialUDP(t, ra)
+	first := sendAll(t, c, quicInitials(t, quichello.Version1, "a.example", nil, 2))
+	if !strings.HasPrefix(first, "A:") {
+		t.Fatalf("reply %q", first)
+	}
+	taken := listenUDP4(t) // an address no route can bind
+	rb := sniRoute("b", b, []string{"b.example"}, nil)
+	rb.Listen.Address = ra.String()
+	next := append(slices.Clone(routes), rb, Route{Name: "x", Listen: Addr{"udp", taken.LocalAddr().String()}, Target: def.addr()})
+	for i := range 2 {
+		next[i].Listen.Address = ra.String()
+	}
+	if err := s.Update(Config{Routes: next}); err == nil {
+		t.Fatal("reload binding a taken address succeeded")
+	}
+	if got := sendAll(t, c, [][]byte{quicShort([]byte("whatever"), "x")}); got != first {
+		t.Fatalf("after the refused reload: reply %q, want %q", got, first)
+	}
+	if got := sendAll(t, dialUDP(t, ra), quicInitials(t, quichello.Version1, "b.example", nil, 1)); !strings.HasPrefix(got, "D:") {
+		t.Fatalf("a client of the refused route b: reply %q, want the default route's", got)
+	}
+	if st := frontStats(t, s); len(st.Routes) != 2 {
+		t.Fatalf("routes %v", st.Routes)
+	}
+}
+
+func listenUDP4(t *testing.T) *net.UDPConn {
+	t.Helper()
+	c, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
