@@ -58,8 +58,9 @@ Suites:
   relay-quic
           quic-go through the zeroio relay command and nginx stream
           (with libnginx-mod-stream), each balancing over two quic-go
-          servers: handshakes per second, bulk MB/s, relay CPU per GiB,
-          and the share of connections that survive a NAT rebinding
+          servers: handshakes per second, the share of connections
+          routed by SNI to the server they named, bulk MB/s, relay CPU
+          per GiB, and the share that survive a NAT rebinding
   quic    quic-go bulk transfer over *net.UDPConn, over a *udp.Conn
           handed to it as it is, and over a *udp.Conn through quicudp
           (zeroio's batch reader with GRO); MB/s and CPU per GiB
