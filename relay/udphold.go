@@ -56,9 +56,6 @@ type holdState struct {
 // or when it is dropped.
 func (h *holdState) add(t *routeTable, ln *udp.Conn, a *arrival, now int64) *session {
 	f := h.f
-	if reason := firstLook(a.payload); reason != "" {
-		return f.unrouted(t, reason, ln, a, now, nil, 1)
-	}
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
@@ -69,6 +66,12 @@ func (h *holdState) add(t *routeTable, ln *udp.Conn, a *arrival, now int64) *ses
 	c := h.m[key]
 	fresh := c == nil
 	if fresh {
+		// A datagram of a client already held goes after what it
+		// holds, whatever it is.
+		if reason := firstLook(a.payload); reason != "" {
+			h.mu.Unlock()
+			return f.unrouted(t, reason, ln, a, now, nil, 1)
+		}
 		if len(h.m) >= holdClients {
 			h.mu.Unlock()
 			return f.unrouted(t, unroutedHeldLimit, ln, a, now, nil, 1)

@@ -502,3 +502,20 @@ func listenUDP4(t *testing.T) *net.UDPConn {
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// TestUDPSNIHeldKeepsOrder: a datagram that is no part of a hello, from a
+// client whose hello is incomplete, is held with the rest and reaches the
+// route chosen in its place.
+func TestUDPSNIHeldKeepsOrder(t *testing.T) {
+	leakCheck(t)
+	a, def := newRecTarget(t, "A"), newRecTarget(t, "D")
+	_, ra := sharedUDP(t, sniRoute("a", a, []string{"a.example"}, nil), sniRoute("d", def, nil, nil))
+	dgs := quicInitials(t, quichello.Version1, "a.example", nil, 2)
+	sent := [][]byte{dgs[0], quicShort([]byte("whatever"), "x"), dgs[1]}
+	if got := sendAll(t, dialUDP(t, ra), sent); !strings.HasPrefix(got, "A:") {
+		t.Fatalf("reply %q", got)
+	}
+	if !a.eventually(sent) {
+		t.Fatal("route a did not receive the datagrams in the order sent")
+	}
+}
