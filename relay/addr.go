@@ -14,11 +14,14 @@ import (
 
 // Addr is a relay endpoint: a network and an address in that network.
 type Addr struct {
-	// Network is "tcp", "tcp4", "tcp6", "udp", "udp4", "udp6" or "unix".
+	// Network is "tcp", "tcp4", "tcp6", "udp", "udp4", "udp6" or "unix";
+	// for a target, also "srv+tcp" or "srv+udp": every record of a DNS
+	// SRV name (see [Target]).
 	Network string
-	// Address is host:port (IPv6 hosts in brackets) for tcp and udp, and
-	// a file system path, or "@name" for the Linux abstract namespace, for
-	// unix.
+	// Address is host:port (IPv6 hosts in brackets) for tcp and udp, a
+	// file system path, or "@name" for the Linux abstract namespace, for
+	// unix, and the SRV name (_service._proto.domain) for srv+tcp and
+	// srv+udp.
 	Address string
 }
 
@@ -42,11 +45,22 @@ func (a Addr) String() string {
 func (a Addr) Stream() bool { return a.Network != "" && !a.Datagram() }
 
 // Datagram reports whether a is a UDP address.
-func (a Addr) Datagram() bool { return strings.HasPrefix(a.Network, "udp") }
+func (a Addr) Datagram() bool { return strings.HasPrefix(a.Network, "udp") || a.Network == srvUDP }
+
+// The schemes of SRV targets.
+const (
+	srvTCP = "srv+tcp"
+	srvUDP = "srv+udp"
+)
+
+// isSRV reports whether a names a DNS SRV name rather than an endpoint.
+func (a Addr) isSRV() bool { return a.Network == srvTCP || a.Network == srvUDP }
 
 // ParseAddr parses tcp://host:port, udp://host:port (also tcp4, tcp6,
 // udp4, udp6), unix:///absolute/path, unix://relative/path and
-// unix://@abstract. IPv6 hosts go in brackets: tcp://[::1]:8080, with a
+// unix://@abstract, and the SRV targets srv+tcp://_service._tcp.domain
+// and srv+udp://_service._udp.domain (no port: the records give it).
+// IPv6 hosts go in brackets: tcp://[::1]:8080, with a
 // zone as tcp://[fe80::1%eth0]:80 or tcp://[fe80::1%25eth0]:80. The port
 // is numeric. The host is an IP address or a DNS name (letters, digits,
 // '-', '_' and '.'); a missing host is an error whose message says what
@@ -66,9 +80,15 @@ func ParseAddr(s string) (Addr, error) {
 			return Addr{}, fmt.Errorf("address %q: socket path contains a NUL byte", s)
 		}
 		return Addr{Network: "unix", Address: rest}, nil
+	case srvTCP, srvUDP:
+		name := strings.TrimSuffix(rest, ".")
+		if name == "" || strings.Contains(name, ":") || !hostOK(name) {
+			return Addr{}, fmt.Errorf("address %q: want a DNS SRV name, as %s://_service._%s.example.com (no port: the records give it)", s, scheme, scheme[4:])
+		}
+		return Addr{Network: scheme, Address: name}, nil
 	case "tcp", "tcp4", "tcp6", "udp", "udp4", "udp6":
 	default:
-		return Addr{}, fmt.Errorf("address %q: unknown scheme %q (want tcp, tcp4, tcp6, udp, udp4, udp6 or unix)", s, scheme)
+		return Addr{}, fmt.Errorf("address %q: unknown scheme %q (want tcp, tcp4, tcp6, udp, udp4, udp6, unix, srv+tcp or srv+udp)", s, scheme)
 	}
 	host, port, err := net.SplitHostPort(rest)
 	if err != nil {

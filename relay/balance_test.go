@@ -18,9 +18,9 @@ func testSet(t testing.TB, policy Balance, weights ...int) *targetSet {
 	t.Helper()
 	r := Route{Name: "t", Listen: Addr{"tcp", "127.0.0.1:1"}, Balance: policy}
 	for i, w := range weights {
-		r.Targets = append(r.Targets, Target{Addr{"tcp", fmt.Sprintf("10.0.0.%d:80", i+1)}, w})
+		r.Targets = append(r.Targets, Target{Addr: Addr{"tcp", fmt.Sprintf("10.0.0.%d:80", i+1)}, Weight: w})
 	}
-	return newTargetSet(&route{name: "t", srv: &Server{}}, &r, nil)
+	return newTargetSet(&route{name: "t", srv: &Server{}}, &r, nil, nil, nil)
 }
 
 func indexOf(ts *targetSet, b *backend) int { return slices.Index(ts.bs, b) }
@@ -121,9 +121,9 @@ func TestClientHashMovesOneInN(t *testing.T) {
 	// Remove the last target: a set of the first four, same backends.
 	r := Route{Balance: ClientHash}
 	for _, b := range all.bs[:n-1] {
-		r.Targets = append(r.Targets, Target{b.addr, 1})
+		r.Targets = append(r.Targets, Target{Addr: b.addr, Weight: 1})
 	}
-	fewer := newTargetSet(&route{srv: &Server{}}, &r, all)
+	fewer := newTargetSet(&route{srv: &Server{}}, &r, all, nil, nil)
 	removed := all.bs[n-1].addr
 	moved := 0
 	for c := range clients {

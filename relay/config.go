@@ -201,6 +201,16 @@ type Config struct {
 	// a line is written is then up to Logger's handler. [Server.Update]
 	// applies a new level.
 	ConnLog slog.Leveler
+	// Resolver is the DNS server that the names of dynamic targets (SRV
+	// targets and those with [ResolveAll]; see [Target]) are asked of;
+	// the zero value asks the nameservers of /etc/resolv.conf, and
+	// 127.0.0.1:53 without one. Other host names are resolved by the
+	// system's resolver, as package net's dialer does.
+	Resolver netip.AddrPort
+	// DNSMinTTL and DNSMaxTTL bound how long a dynamic target's DNS
+	// answer is kept before it is asked again, whatever its TTL; 0 is
+	// [DefaultDNSMinTTL] and [DefaultDNSMaxTTL].
+	DNSMinTTL, DNSMaxTTL time.Duration
 }
 
 // withDefaults returns r with zero fields filled in.
@@ -341,6 +351,9 @@ func (c Config) normalize() (Config, error) {
 	if err := checkEngine(c.Engine); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.checkDNS(); err != nil {
+		errs = append(errs, err)
+	}
 	for i, r := range c.Routes {
 		if err := r.checkKind(); err != nil {
 			errs = append(errs, err)
@@ -364,4 +377,18 @@ func (c Config) normalize() (Config, error) {
 		out.Logger = slog.New(slog.DiscardHandler)
 	}
 	return out, errors.Join(errs...)
+}
+
+// checkDNS checks the resolver and the TTL bounds.
+func (c Config) checkDNS() error {
+	lo, hi := cmp0(c.DNSMinTTL, DefaultDNSMinTTL), cmp0(c.DNSMaxTTL, DefaultDNSMaxTTL)
+	switch {
+	case c.DNSMinTTL < 0 || c.DNSMaxTTL < 0:
+		return errors.New("negative DNS TTL bound")
+	case lo > hi:
+		return fmt.Errorf("DNS TTL bounds: minimum %v above maximum %v", lo, hi)
+	case c.Resolver.IsValid() && c.Resolver.Port() == 0:
+		return fmt.Errorf("resolver %s: port 0", c.Resolver)
+	}
+	return nil
 }

@@ -54,7 +54,7 @@ func (rt *route) logEnd(client netip.AddrPort, b *backend, up, down uint64, dur 
 		c = client.String()
 	}
 	if b != nil {
-		t = b.addr.String()
+		t = b.name
 	}
 	log.LogAttrs(ctx, lvl, "connection",
 		slog.String("client", c), slog.String("route", rt.name), slog.String("target", t),

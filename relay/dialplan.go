@@ -99,7 +99,7 @@ func (p *dialPlan) failed(err error) {
 	}
 	b.dialFailed(err)
 	if log := p.rt.srv.log; log.Enabled(context.Background(), slog.LevelDebug) {
-		log.Debug("dial failed; trying another target", "route", p.rt.name, "target", b.addr.String(), "err", err)
+		log.Debug("dial failed; trying another target", "route", p.rt.name, "target", b.name, "err", err)
 	}
 }
 

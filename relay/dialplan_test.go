@@ -18,7 +18,7 @@ func planRoute(n int, dialTimeout time.Duration) *route {
 	s := &Server{log: slog.New(slog.DiscardHandler)}
 	r := Route{Name: "t", Listen: Addr{"tcp", "127.0.0.1:1"}, DialTimeout: dialTimeout}
 	for i := range n {
-		r.Targets = append(r.Targets, Target{Addr{"tcp", fmt.Sprintf("10.0.0.%d:80", i+1)}, 1})
+		r.Targets = append(r.Targets, Target{Addr: Addr{"tcp", fmt.Sprintf("10.0.0.%d:80", i+1)}, Weight: 1})
 	}
 	return newRoute(s, r, nil)
 }

@@ -102,7 +102,7 @@ func (c *evConn) waitFD(sa *sockaddr.Addr, e unix.Errno) {
 	l := c.lp
 	wait, ok := c.plan.waitFD(l.now)
 	if !ok {
-		c.rt.srv.log.Debug("no descriptor to dial with", "route", c.rt.name, "target", c.b.addr.String(), "err", e)
+		c.rt.srv.log.Debug("no descriptor to dial with", "route", c.rt.name, "target", c.b.name, "err", e)
 		c.plan.abandon()
 		c.b = nil
 		c.noneAnswered()

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"net"
 	"time"
 
@@ -69,23 +70,46 @@ func (b *backend) markUp(why string) {
 
 // Active health: a checker per target while the set is in use.
 
-// startChecks runs a checker for each target if the set has active
-// checks, until close. The checkers count in the server's serveWG, so
-// Shutdown waits for them.
+// startChecks runs a checker for each target that has none if the set
+// has active checks, until the set's life ends or discovery drops the
+// target, and the set's DNS discovery if it has dynamic targets. The
+// goroutines count in the server's serveWG, so Shutdown waits for them.
 func (ts *targetSet) startChecks(s *Server) {
+	ts.life.startDiscovery()
 	if ts.check.Interval <= 0 {
 		return
 	}
+	l := ts.life
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ctx.Err() != nil {
+		return
+	}
 	for _, b := range ts.bs {
+		if l.checks[b] != nil {
+			continue
+		}
+		ctx, cancel := context.WithCancel(l.ctx)
+		l.checks[b] = cancel
 		s.serveWG.Add(1)
 		go func() {
 			defer s.serveWG.Done()
-			ts.checkLoop(b)
+			ts.checkLoop(ctx, b)
 		}()
 	}
 }
 
-func (ts *targetSet) checkLoop(b *backend) {
+// stopCheck stops b's checker, if one runs: discovery dropped b.
+func (l *targetLife) stopCheck(b *backend) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if cancel := l.checks[b]; cancel != nil {
+		cancel()
+		delete(l.checks, b)
+	}
+}
+
+func (ts *targetSet) checkLoop(ctx context.Context, b *backend) {
 	c := ts.check
 	rise, fall := int32(c.Rise), int32(c.Fall)
 	if rise <= 0 {
@@ -101,7 +125,6 @@ func (ts *targetSet) checkLoop(b *backend) {
 			timeout = min(timeout, ts.dialTO)
 		}
 	}
-	ctx := ts.ctx
 	t := time.NewTimer(0) // the first check at once
 	defer t.Stop()
 	for {

@@ -60,6 +60,12 @@ func startBackend(t testing.TB, network string, handler func(net.Conn)) *testBac
 	if network != "unix" {
 		a = Addr{Network: "tcp", Address: ln.Addr().String()}
 	}
+	return serveBackend(t, ln, a, handler)
+}
+
+// serveBackend serves handler for every connection ln accepts, until
+// the test ends.
+func serveBackend(t testing.TB, ln net.Listener, a Addr, handler func(net.Conn)) *testBackend {
 	b := &testBackend{ln: ln, addr: a}
 	b.wg.Add(1)
 	go func() {

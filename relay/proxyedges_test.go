@@ -147,7 +147,7 @@ func testSNIFailover(t *testing.T) {
 	l := Addr{Network: "tcp", Address: listen}
 	s := startRelay(t, Config{Routes: []Route{
 		{Name: "a", Listen: l, SNI: []string{"a.example"}, SendProxy: 2,
-			Targets: []Target{{deadAddr(t), 1}, {a.addr, 1}, {deadAddr(t), 1}}},
+			Targets: []Target{{Addr: deadAddr(t), Weight: 1}, {Addr: a.addr, Weight: 1}, {Addr: deadAddr(t), Weight: 1}}},
 		{Name: "default", Listen: l, Target: d.addr},
 	}})
 	for range 6 {

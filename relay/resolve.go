@@ -2,10 +2,14 @@ package relay
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"time"
+
+	"github.com/zeroio/zeroio/internal/dnsmsg"
 )
 
 // Name resolution of targets, the same for both stream engines and for
@@ -113,23 +117,31 @@ func ipNetwork(network string) string {
 // IPv4 first, then the others, each in the resolver's order, at most
 // maxAddrs. Zoned addresses are left out.
 func orderAddrs(host string, ips []netip.Addr, port uint16) ([]netip.AddrPort, bool, error) {
-	var v4, v6 []netip.AddrPort
-	for _, ip := range ips {
-		ip = ip.Unmap()
-		if ip.Zone() != "" {
-			continue
-		}
-		if ip.Is4() {
-			v4 = append(v4, netip.AddrPortFrom(ip, port))
-		} else {
-			v6 = append(v6, netip.AddrPortFrom(ip, port))
-		}
-	}
-	all := append(v4, v6...)
+	all := sortAddrs(ips, port, maxAddrs)
 	if len(all) == 0 {
 		return nil, true, &net.DNSError{Err: "no usable address", Name: host, IsNotFound: true}
 	}
-	return all[:min(len(all), maxAddrs)], true, nil
+	return all, true, nil
+}
+
+// sortAddrs is orderAddrs's order, at most most addresses, none for
+// none: IPv4 first, then the others, each in the resolver's order,
+// repeats and zoned addresses left out.
+func sortAddrs(ips []netip.Addr, port uint16, most int) []netip.AddrPort {
+	var v4, v6 []netip.AddrPort
+	for _, ip := range ips {
+		ip = ip.Unmap()
+		ap := netip.AddrPortFrom(ip, port)
+		switch {
+		case ip.Zone() != "" || slices.Contains(v4, ap) || slices.Contains(v6, ap):
+		case ip.Is4():
+			v4 = append(v4, ap)
+		default:
+			v6 = append(v6, ap)
+		}
+	}
+	all := append(v4, v6...)
+	return all[:min(len(all), most)]
 }
 
 // addrShare is when a connect to one of a name's addresses, started at
@@ -143,4 +155,117 @@ func addrShare(now, end int64, left int) int64 {
 		return end
 	}
 	return now + (end-now)/int64(left+1)
+}
+
+// Discovery: a dynamic target (an SRV name, or a host name with
+// ResolveAll) stands for the backends its DNS answer gives, each an IP
+// address and port, in the order sortAddrs gives a name's addresses, at
+// most MaxTargets. Its names are asked of the relay's DNS client
+// (Config.Resolver, or the servers of /etc/resolv.conf), which gives the
+// TTLs that tell when to ask again; they are taken as fully qualified
+// (no search domains, no /etc/hosts).
+
+// found is one backend a dynamic target's answer gives.
+type found struct {
+	addr   Addr // an IP address and port
+	weight int
+	prio   uint16 // an SRV record's priority; lower first
+}
+
+// lookupDynamic asks for the backends of the dynamic target t and how
+// long the answer may be kept (seconds, before the bounds). An answer
+// with no record is no error: no backend.
+func lookupDynamic(ctx context.Context, c *dnsmsg.Client, t Target) ([]found, uint32, error) {
+	if t.Addr.isSRV() {
+		return lookupSRV(ctx, c, t.Addr)
+	}
+	host, ps, err := net.SplitHostPort(t.Addr.Address)
+	if err != nil {
+		return nil, 0, err
+	}
+	port, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil {
+		return nil, 0, fmt.Errorf("target %s: a target resolved to all its addresses needs a numeric port", t.Addr)
+	}
+	as, err := c.LookupAddrs(ctx, host, ipNetwork(t.Addr.Network))
+	if err != nil {
+		return nil, 0, err
+	}
+	var out []found
+	for _, ap := range sortAddrs(as.IPs, uint16(port), MaxTargets) {
+		out = append(out, found{addr: Addr{Network: t.Addr.Network, Address: ap.String()}, weight: t.Weight})
+	}
+	return out, as.TTL, nil
+}
+
+// lookupSRV asks for the records of the SRV name a and the addresses of
+// their targets (from the answer's additional section, else asked for):
+// each address a backend with its record's port, priority and weight
+// (srvWeights). A record whose target is "." offers no service (RFC
+// 2782); an address two records give is the first's.
+func lookupSRV(ctx context.Context, c *dnsmsg.Client, a Addr) ([]found, uint32, error) {
+	res, err := c.Lookup(ctx, a.Address, dnsmsg.TypeSRV)
+	if err != nil {
+		return nil, 0, err
+	}
+	recs := slices.Clone(res.Records)
+	slices.SortStableFunc(recs, func(x, y dnsmsg.Record) int { return int(x.Priority) - int(y.Priority) })
+	weights := srvWeights(recs)
+	network := "tcp"
+	if a.Network == srvUDP {
+		network = "udp"
+	}
+	ttl := res.TTL
+	var out []found
+	seen := map[Addr]bool{}
+	for i, r := range recs {
+		if r.Target == "" {
+			continue
+		}
+		rs, t := res.Msg.AdditionalAddrs(r.Target)
+		ips := make([]netip.Addr, 0, len(rs))
+		for _, x := range rs {
+			ips = append(ips, x.Addr)
+		}
+		if len(rs) == 0 {
+			as, err := c.LookupAddrs(ctx, r.Target, "ip")
+			if err != nil {
+				return nil, 0, err
+			}
+			ips, t = as.IPs, as.TTL
+		}
+		ttl = min(ttl, t)
+		for _, ap := range sortAddrs(ips, r.Port, MaxTargets) {
+			ba := Addr{Network: network, Address: ap.String()}
+			if !seen[ba] && len(out) < MaxTargets {
+				seen[ba] = true
+				out = append(out, found{addr: ba, weight: weights[i], prio: r.Priority})
+			}
+		}
+	}
+	return out, ttl, nil
+}
+
+// srvWeights maps SRV weights (0 to 65535, sharing among the records of
+// one priority) to target weights (1 to MaxWeight): the heaviest record
+// of a priority gets MaxWeight and the others their share of it,
+// rounded, at least 1, so that a record of weight 0 beside heavier ones
+// keeps the very small chance RFC 2782 gives it; a priority whose
+// records all weigh 0 shares evenly. recs is sorted by priority.
+func srvWeights(recs []dnsmsg.Record) []int {
+	out := make([]int, len(recs))
+	for i := 0; i < len(recs); {
+		j, most := i, 0
+		for ; j < len(recs) && recs[j].Priority == recs[i].Priority; j++ {
+			most = max(most, int(recs[j].Weight))
+		}
+		for k := i; k < j; k++ {
+			out[k] = 1
+			if most > 0 {
+				out[k] = max(1, (int(recs[k].Weight)*MaxWeight+most/2)/most)
+			}
+		}
+		i = j
+	}
+	return out
 }

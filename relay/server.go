@@ -45,6 +45,7 @@ type Server struct {
 	eng      engine
 	connWG   sync.WaitGroup // one per relayed or pending stream connection
 	serveWG  sync.WaitGroup // accept loops and UDP readers
+	disc     discovery      // DNS discovery's client and answers
 
 	// inherited are the sockets Inherit gave, which routes use rather
 	// than bind; Shutdown closes them. Under mu.
@@ -65,6 +66,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	s := &Server{log: cfg.Logger, cfg: cfg, routes: map[string]*route{}, fronts: map[string]*front{}, udpFronts: map[string]*udpFront{}, stopping: make(chan struct{})}
+	s.disc.configure(&cfg)
 	s.setConnLog(cfg)
 	s.eng = newEngine(s, cfg.Engine)
 	s.ports.Store(new([]netip.AddrPort))
@@ -86,6 +88,10 @@ func New(cfg Config) (*Server, error) {
 // route uses, Start closes what it opened and returns the error; it may be
 // called again.
 func (s *Server) Start() error {
+	s.mu.Lock()
+	routes := s.cfg.Routes
+	s.mu.Unlock()
+	s.disc.prime(s, routes) // before s.mu, as Update's lookups
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -167,6 +173,8 @@ func (s *Server) Update(cfg Config) error {
 	s.updateMu.Lock()
 	defer s.updateMu.Unlock()
 	targets := s.resolveUDPTargets(cfg)
+	s.disc.configure(&cfg)
+	s.disc.prime(s, cfg.Routes)
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -199,6 +207,9 @@ func (s *Server) Update(cfg Config) error {
 		s.serveWG.Done()
 	}
 	if err != nil {
+		s.mu.Lock()
+		s.disc.configure(&s.cfg)
+		s.mu.Unlock()
 		return fmt.Errorf("relay: reload refused, running configuration kept: %w", err)
 	}
 	return nil
@@ -332,7 +343,9 @@ type load struct {
 	st counters
 	// targets is the route's target set, carried over a rebind with the
 	// rest of the load so that health and per-target counters go on.
+	// swapMu orders its swaps: a reload's and DNS discovery's.
 	targets atomic.Pointer[targetSet]
+	swapMu  sync.Mutex
 }
 
 // setBudget derives the descriptor budget for cfg and warns when the
@@ -382,8 +395,10 @@ func (rt *route) update(r Route, tg *resolved) error {
 // current one it still has, and stops the current one's checks. It
 // returns the new set, whose checks have not started.
 func (rt *route) swapTargets(r *Route) *targetSet {
+	rt.load.swapMu.Lock()
+	defer rt.load.swapMu.Unlock()
 	old := rt.load.targets.Load()
-	ts := newTargetSet(rt, r, old)
+	ts := newTargetSet(rt, r, old, nil, rt.srv.disc.current(r))
 	rt.load.targets.Store(ts)
 	old.close()
 	return ts

@@ -60,10 +60,21 @@ type RouteStats struct {
 // a reload keeps keeps its counters; bytes are counted as each connection
 // ends.
 type TargetStats struct {
-	Addr   string
-	Weight int
-	Up     bool  // not marked down by a failed dial or health checks
-	Active int64 // connections (UDP sessions) relayed to it now
+	// Addr names the target: its URL, or for a backend discovered from
+	// DNS, the dynamic target's URL, a slash and the backend's address
+	// (srv+tcp://_svc._tcp.example.com/192.0.2.7:8080).
+	Addr string
+	// From is the dynamic target a discovered backend comes from, ""
+	// for a configured target; Priority is its SRV priority.
+	From     string
+	Priority int
+	Weight   int
+	Up       bool  // not marked down by a failed dial or health checks
+	Active   int64 // connections (UDP sessions) relayed to it now
+	// Draining: the route no longer has the target (a reload or a DNS
+	// answer dropped it), and it takes no new client while its
+	// connections go on; its Weight is 0. Listed until they end.
+	Draining bool
 
 	Connections, DialErrors uint64
 	BytesUp, BytesDown      uint64
@@ -130,16 +141,37 @@ func (s *Server) Stats() Stats {
 }
 
 func (ts *targetSet) stats() []TargetStats {
-	out := make([]TargetStats, len(ts.bs))
+	out := make([]TargetStats, 0, len(ts.bs)+len(ts.gone))
 	var now int64
 	for i, b := range ts.bs {
-		out[i] = TargetStats{
-			Addr: b.addr.String(), Weight: ts.weights[i], Up: !b.isDown(&now), Active: b.active.Load(),
-			Connections: b.conns.Load(), DialErrors: b.dialFails.Load(),
-			BytesUp: b.bytesUp.Load(), BytesDown: b.bytesDown.Load(),
+		st := b.stats(&now)
+		st.Weight = ts.weights[i]
+		if ts.prio != nil {
+			st.Priority = int(ts.prio[i])
+		}
+		out = append(out, st)
+	}
+	for _, b := range ts.gone {
+		if b.active.Load() > 0 {
+			st := b.stats(&now)
+			st.Draining = true
+			out = append(out, st)
 		}
 	}
 	return out
+}
+
+// stats is b's state and counters, but for what its set gives it.
+func (b *backend) stats(now *int64) TargetStats {
+	st := TargetStats{
+		Addr: b.name, Up: !b.isDown(now), Active: b.active.Load(),
+		Connections: b.conns.Load(), DialErrors: b.dialFails.Load(),
+		BytesUp: b.bytesUp.Load(), BytesDown: b.bytesDown.Load(),
+	}
+	if b.from.Network != "" {
+		st.From = b.from.String()
+	}
+	return st
 }
 
 // pauseTime sums the time a route's accept loops wait at a limit,

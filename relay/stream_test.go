@@ -20,7 +20,7 @@ func streamOf(t *testing.T, r Route) *stream {
 	s.gate.wake = make(chan struct{})
 	r.Name = "t"
 	r.Listen = Addr{"tcp", "127.0.0.1:1"}
-	r.Targets = []Target{{Addr{"tcp", "10.0.0.1:80"}, 1}}
+	r.Targets = []Target{{Addr: Addr{"tcp", "10.0.0.1:80"}, Weight: 1}}
 	st := &stream{src: netip.MustParseAddrPort("192.0.2.7:4000")}
 	if !st.take(newRoute(s, r, nil)) {
 		t.Fatal("no slot on an empty route")

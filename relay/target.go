@@ -1,17 +1,31 @@
 package relay
 
 import (
-	"context"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 )
 
-// Target is one backend of a [Route].
+// Target is one backend of a [Route], or, discovered from DNS, a set of
+// them.
+//
+// A target given by host name is by default one backend, dialled at the
+// name's addresses in turn (see resolve.go). With Resolve [ResolveAll] it
+// stands for every address the name has, each a backend of its own with
+// the target's weight; an SRV target (srv+tcp://_svc._tcp.example.com,
+// srv+udp://...) stands for every address of every record's target, each
+// a backend with the record's port, weight and priority. Such targets are
+// looked up through [Config.Resolver], again as their TTL runs out
+// (bounded by [Config.DNSMinTTL] and [Config.DNSMaxTTL]): a backend the
+// answer adds takes new clients at once, one it drops takes none, while
+// its connections go on. A backend discovered so has its own health,
+// counters and name in logs and [TargetStats]: the target's URL, a slash
+// and its address, as srv+tcp://_svc._tcp.example.com/192.0.2.7:8080.
 type Target struct {
 	Addr Addr
 	// Weight is the target's share of new clients relative to the route's
@@ -19,8 +33,35 @@ type Target struct {
 	// twice the clients of one of weight 1. A weight of 0 takes no new
 	// client (its connections go on), as HAProxy's weight 0 drains a
 	// server; at least one target needs a positive weight. A Route built
-	// with the single [Route.Target] has it at weight 1.
+	// with the single [Route.Target] has it at weight 1. The backends of
+	// a ResolveAll target each have this weight; those of an SRV target
+	// their record's, scaled within its priority so that the heaviest
+	// record gets MaxWeight and the others their share of it, at least 1
+	// (a record of weight 0 beside heavier ones keeps the very small
+	// chance RFC 2782 gives it); an SRV target's own weight must be 1.
 	Weight int
+	// Resolve is "" or [ResolveAll]; see above.
+	Resolve Resolve
+}
+
+// Resolve says what a target given by host name stands for.
+type Resolve string
+
+// ResolveAll makes a target given by host name stand for each of the
+// name's addresses, a backend each.
+const ResolveAll Resolve = "all"
+
+// dynamic reports whether t stands for the backends a DNS answer gives:
+// an SRV name, or a host name with ResolveAll.
+func (t Target) dynamic() bool {
+	if t.Addr.isSRV() {
+		return true
+	}
+	if t.Resolve != ResolveAll || t.Addr.Network == "unix" {
+		return false
+	}
+	_, ok := literalTarget(t.Addr)
+	return !ok
 }
 
 // MaxWeight is the largest [Target.Weight], as HAProxy's.
@@ -89,8 +130,11 @@ type HealthCheck struct {
 type backend struct {
 	network, address string
 	addr             Addr
-	key              uint64 // hash of addr: the client-hash seed
-	rt               *route // for logs; the route that first had it
+	from             Addr       // the dynamic target it was discovered for; zero for a configured one
+	name             string     // for logs and stats: addr's URL, or from's, a slash and address
+	udp              *udpTarget // a discovered UDP backend's address, which needs no lookup
+	key              uint64     // hash of addr: the client-hash seed
+	rt               *route     // for logs; the route that first had it
 
 	active                 atomic.Int64 // connections relayed to it now
 	dialing                atomic.Int64 // dials to it in progress, which least-conn counts as connections
@@ -112,8 +156,23 @@ const (
 	noRetry    = int64(^uint64(0) >> 1) // down until an active check brings it up
 )
 
-func newBackend(rt *route, a Addr) *backend {
-	return &backend{network: a.Network, address: a.Address, addr: a, rt: rt, key: targetKey(a)}
+// newBackend returns a backend for a, discovered for the dynamic target
+// from (zero: configured).
+func newBackend(rt *route, a, from Addr) *backend {
+	b := &backend{network: a.Network, address: a.Address, addr: a, from: from, name: backendName(a, from), rt: rt, key: targetKey(a)}
+	if ap, ok := literalTarget(a); ok && from.Network != "" && a.Datagram() {
+		b.udp = &udpTarget{network: a.Network, addr: ap, from: a}
+	}
+	return b
+}
+
+// backendName is the name of the backend at a discovered for from: its
+// URL alone for a configured one.
+func backendName(a, from Addr) string {
+	if from.Network == "" {
+		return a.String()
+	}
+	return from.String() + "/" + a.Address
 }
 
 // targetKey is a's client-hash seed: FNV-1a of its URL, the same in
@@ -152,65 +211,124 @@ func (b *backend) connEnd(up, down uint64) {
 }
 
 // targetSet is a route's targets and balancing policy, immutable but for
-// the policy's cursor; a reload swaps in a new one that keeps the
-// backends (health, counters) of the targets it still has.
+// the policy's cursor; a reload, or a DNS answer that changes a dynamic
+// target's backends, swaps in a new one that keeps the backends (health,
+// counters) of the targets it still has.
 type targetSet struct {
 	bs      []*backend
 	weights []int
-	npos    int // targets with a positive weight: the most one client may try
+	prio    []uint16 // each target's SRV priority, lower first; nil when all are 0
+	npos    int      // targets with a positive weight: the most one client may try
 	policy  Balance
 	seq     []uint16      // smooth weighted round-robin order
 	next    atomic.Uint64 // round-robin cursor
 	check   HealthCheck   // Interval 0: passive only
 	dialTO  time.Duration
 	proxy   int // the route's SendProxy: checks send a header too
+	// gone are backends the route no longer has (a reload or a DNS
+	// answer dropped them) whose connections go on: draining.
+	gone []*backend
+	over int // backends left out past MaxTargets
 
-	// ctx ends when the set is replaced or its route ends: it stops the
-	// active checks.
-	ctx    context.Context
-	cancel context.CancelFunc
+	// life is shared by the sets built from one Route: it ends when a
+	// reload replaces them or the route ends, stopping their active
+	// checks and DNS discovery.
+	life *targetLife
 }
 
 // newTargetSet builds r's target set, taking the backends of old (may be
-// nil) whose address r still has.
-func newTargetSet(rt *route, r *Route, old *targetSet) *targetSet {
-	ts := &targetSet{policy: r.Balance, check: r.HealthCheck, dialTO: r.DialTimeout, proxy: r.SendProxy}
-	ts.ctx, ts.cancel = context.WithCancel(context.Background())
+// nil) whose address r still has, with the backends answers gives its
+// dynamic targets (none yet for those it lacks). life is the set's,
+// when it replaces old for a DNS answer; nil starts a new one.
+func newTargetSet(rt *route, r *Route, old *targetSet, life *targetLife, answers map[Target][]found) *targetSet {
+	if life == nil {
+		life = newTargetLife(rt, r)
+	}
+	ts := &targetSet{policy: r.Balance, check: r.HealthCheck, dialTO: r.DialTimeout, proxy: r.SendProxy, life: life}
 	if ts.policy == "" {
 		ts.policy = RoundRobin
 	}
 	for _, t := range r.Targets {
-		var b *backend
-		if old != nil {
-			for _, ob := range old.bs {
-				if ob.addr == t.Addr {
-					b = ob
-					break
-				}
-			}
+		if !t.dynamic() {
+			ts.add(rt, old, t.Addr, Addr{}, t.Weight, 0)
+			continue
 		}
-		if b == nil {
-			b = newBackend(rt, t.Addr)
-		}
-		b.checked.Store(ts.check.Interval > 0)
-		if ts.check.Interval <= 0 && b.downUntil.Load() == noRetry {
-			// Checks were turned off: retry it as passive health would.
-			b.downUntil.Store(time.Now().Add(minBackoff).UnixNano())
-		}
-		ts.bs = append(ts.bs, b)
-		ts.weights = append(ts.weights, t.Weight)
-		if t.Weight > 0 {
-			ts.npos++
+		for _, f := range answers[t] {
+			ts.add(rt, old, f.addr, t.Addr, f.weight, f.prio)
 		}
 	}
+	ts.gone = old.dropped(ts)
 	ts.seq = smoothSequence(ts.weights)
 	return ts
 }
 
-// close stops the set's active checks, if any ran.
+// add appends the backend at a (discovered for from, if not zero) with
+// weight w and priority prio, old's if old has it.
+func (ts *targetSet) add(rt *route, old *targetSet, a, from Addr, w int, prio uint16) {
+	if len(ts.bs) >= MaxTargets {
+		ts.over++
+		return
+	}
+	b := old.find(backendName(a, from))
+	if b == nil {
+		b = newBackend(rt, a, from)
+	}
+	b.checked.Store(ts.check.Interval > 0)
+	if ts.check.Interval <= 0 && b.downUntil.Load() == noRetry {
+		// Checks were turned off: retry it as passive health would.
+		b.downUntil.Store(time.Now().Add(minBackoff).UnixNano())
+	}
+	if prio != 0 && ts.prio == nil {
+		ts.prio = make([]uint16, len(ts.bs), cap(ts.bs))
+	}
+	if ts.prio != nil {
+		ts.prio = append(ts.prio, prio)
+	}
+	ts.bs = append(ts.bs, b)
+	ts.weights = append(ts.weights, w)
+	if w > 0 {
+		ts.npos++
+	}
+}
+
+// find returns the backend of ts named name, draining or not; nil if
+// none (or ts is nil).
+func (ts *targetSet) find(name string) *backend {
+	if ts == nil {
+		return nil
+	}
+	for _, bs := range [2][]*backend{ts.bs, ts.gone} {
+		for _, b := range bs {
+			if b.name == name {
+				return b
+			}
+		}
+	}
+	return nil
+}
+
+// dropped returns the backends of ts that next has not, and that still
+// relay connections: next's draining ones.
+func (ts *targetSet) dropped(next *targetSet) []*backend {
+	if ts == nil {
+		return nil
+	}
+	var out []*backend
+	for _, bs := range [2][]*backend{ts.bs, ts.gone} {
+		for _, b := range bs {
+			if b.active.Load() > 0 && !slices.Contains(next.bs, b) && !slices.Contains(out, b) {
+				out = append(out, b)
+			}
+		}
+	}
+	return out
+}
+
+// close stops the active checks and DNS discovery of the set and of the
+// sets discovery built from it, if any ran.
 func (ts *targetSet) close() {
 	if ts != nil {
-		ts.cancel()
+		ts.life.cancel()
 	}
 }
 
@@ -226,18 +344,25 @@ func (t *triedSet) has(i int) bool { return t.bits[i>>6]&(1<<(i&63)) != 0 }
 // target marked down is returned only when every other is down or
 // tried, so that a target back before its mark expires still serves
 // rather than clients being refused. nil when every target with a
-// positive weight was tried. Allocation-free; safe for concurrent use.
+// positive weight was tried. Of targets with SRV priorities, only those
+// of the best (lowest) priority that has a target up and untried are
+// given while one is; a later priority's only when none of an earlier
+// one is. Allocation-free; safe for concurrent use.
 func (ts *targetSet) pick(client netip.Addr, tried *triedSet) *backend {
 	var now int64
 	for _, anyState := range [2]bool{false, true} {
+		t := *tried
+		if ts.prio != nil && !anyState {
+			ts.skipLaterPriorities(&t, &now)
+		}
 		var i int
 		switch ts.policy {
 		case LeastConn:
-			i = ts.pickLeastConn(tried, anyState, &now)
+			i = ts.pickLeastConn(&t, anyState, &now)
 		case ClientHash:
-			i = ts.pickHash(client, tried, anyState, &now)
+			i = ts.pickHash(client, &t, anyState, &now)
 		default:
-			i = ts.pickRoundRobin(tried, anyState, &now)
+			i = ts.pickRoundRobin(&t, anyState, &now)
 		}
 		if i >= 0 {
 			tried.add(i)
@@ -245,6 +370,23 @@ func (ts *targetSet) pick(client netip.Addr, tried *triedSet) *backend {
 		}
 	}
 	return nil
+}
+
+// skipLaterPriorities adds to t the targets after the best priority of
+// which a target is eligible and up, so that a pass over the targets up
+// gives only those of that priority.
+func (ts *targetSet) skipLaterPriorities(t *triedSet, now *int64) {
+	best := -1
+	for i, p := range ts.prio {
+		if (best < 0 || int(p) < best) && ts.eligible(i, t, false, now) {
+			best = int(p)
+		}
+	}
+	for i, p := range ts.prio {
+		if best >= 0 && int(p) > best {
+			t.add(i)
+		}
+	}
 }
 
 // eligible reports whether target i may take a new client: a positive
@@ -260,7 +402,7 @@ func (ts *targetSet) String() string {
 		if i > 0 {
 			s += ","
 		}
-		s += b.addr.String()
+		s += b.name
 		if len(ts.bs) > 1 && ts.weights[i] != 1 {
 			s += fmt.Sprintf("*%d", ts.weights[i])
 		}
@@ -280,15 +422,18 @@ func (b *backend) logState(log *slog.Logger, down bool, why string, err error) {
 	}
 	b.logged, b.lastLoggedDown = true, down
 	if down {
-		log.Warn("target down", "route", b.rt.name, "target", b.addr.String(), "why", why, "err", err)
+		log.Warn("target down", "route", b.rt.name, "target", b.name, "why", why, "err", err)
 	} else {
-		log.Info("target up", "route", b.rt.name, "target", b.addr.String(), "why", why)
+		log.Info("target up", "route", b.rt.name, "target", b.name, "why", why)
 	}
 }
 
 // validateTargets checks r's targets, balance and health checks,
 // reporting each problem to bad.
 func (r *Route) validateTargets(bad func(string, ...any)) {
+	if r.Listen.isSRV() {
+		bad("listen %s: an SRV name is for targets", r.Listen)
+	}
 	if r.Target.Network != "" && (len(r.Targets) != 1 || r.Targets[0].Addr != r.Target) {
 		bad("give Target or Targets, not both")
 		return
@@ -313,8 +458,14 @@ func (r *Route) validateTargets(bad func(string, ...any)) {
 			bad("target %s: weight %d: want 0 to %d", t.Addr, t.Weight, MaxWeight)
 		case seen[t.Addr]:
 			bad("target %s listed twice", t.Addr)
-		case t.Addr.Network != "unix" && t.Addr.port() == 0:
+		case t.Addr.Network != "unix" && !t.Addr.isSRV() && t.Addr.port() == 0:
 			bad("target %s: port 0 cannot be dialled", t.Addr)
+		case t.Resolve != "" && t.Resolve != ResolveAll:
+			bad("target %s: resolve %q: want %s or nothing", t.Addr, t.Resolve, ResolveAll)
+		case t.Resolve != "" && t.Addr.Network == "unix":
+			bad("target %s: a Unix socket path is not resolved", t.Addr)
+		case t.Addr.isSRV() && t.Weight != 1:
+			bad("target %s: weight %d: an SRV target's records give the weights (leave it 1)", t.Addr, t.Weight)
 		}
 		seen[t.Addr] = true
 		positive = positive || t.Weight > 0

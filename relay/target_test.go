@@ -32,7 +32,7 @@ func deadAddr(t testing.TB) Addr {
 func targetsRoute(mod func(*Route), targets ...Addr) Config {
 	r := Route{Name: "r", Listen: Addr{"tcp", "127.0.0.1:0"}}
 	for _, a := range targets {
-		r.Targets = append(r.Targets, Target{a, 1})
+		r.Targets = append(r.Targets, Target{Addr: a, Weight: 1})
 	}
 	if mod != nil {
 		mod(&r)
@@ -278,7 +278,7 @@ func testReloadTargets(t *testing.T) {
 	}
 	// Remove a, keep dead (still down), add b and c weighted 3 to 1.
 	r := cfg.Routes[0]
-	r.Targets = []Target{{dead, 0}, {b.addr, 3}, {c.addr, 1}}
+	r.Targets = []Target{{Addr: dead, Weight: 0}, {Addr: b.addr, Weight: 3}, {Addr: c.addr, Weight: 1}}
 	if err := s.Update(Config{Routes: []Route{r}}); err != nil {
 		t.Fatal(err)
 	}
@@ -366,11 +366,15 @@ func TestBadRoutes(t *testing.T) {
 		want string
 	}{
 		{"no targets", func(r *Route) { r.Target = Addr{} }, "no target"},
-		{"all weights 0", func(r *Route) { r.Target, r.Targets = Addr{}, []Target{{tcp, 0}, {Addr{"tcp", "127.0.0.1:10"}, 0}} }, "weight 0"},
-		{"weight too big", func(r *Route) { r.Target, r.Targets = Addr{}, []Target{{tcp, 257}} }, "weight 257"},
-		{"mixed", func(r *Route) { r.Target, r.Targets = Addr{}, []Target{{tcp, 1}, {Addr{"udp", "127.0.0.1:9"}, 1}} }, "UDP relays only to UDP"},
-		{"duplicate", func(r *Route) { r.Target, r.Targets = Addr{}, []Target{{tcp, 1}, {tcp, 2}} }, "twice"},
-		{"both", func(r *Route) { r.Targets = []Target{{Addr{"tcp", "127.0.0.1:10"}, 1}} }, "not both"},
+		{"all weights 0", func(r *Route) {
+			r.Target, r.Targets = Addr{}, []Target{{Addr: tcp, Weight: 0}, {Addr: Addr{"tcp", "127.0.0.1:10"}, Weight: 0}}
+		}, "weight 0"},
+		{"weight too big", func(r *Route) { r.Target, r.Targets = Addr{}, []Target{{Addr: tcp, Weight: 257}} }, "weight 257"},
+		{"mixed", func(r *Route) {
+			r.Target, r.Targets = Addr{}, []Target{{Addr: tcp, Weight: 1}, {Addr: Addr{"udp", "127.0.0.1:9"}, Weight: 1}}
+		}, "UDP relays only to UDP"},
+		{"duplicate", func(r *Route) { r.Target, r.Targets = Addr{}, []Target{{Addr: tcp, Weight: 1}, {Addr: tcp, Weight: 2}} }, "twice"},
+		{"both", func(r *Route) { r.Targets = []Target{{Addr: Addr{"tcp", "127.0.0.1:10"}, Weight: 1}} }, "not both"},
 		{"policy", func(r *Route) { r.Balance = "random" }, `balance "random"`},
 		{"negative dial", func(r *Route) { r.DialTimeout = -time.Second }, "dial timeout -1s is negative"},
 		{"negative idle", func(r *Route) { r.IdleTimeout = -time.Second }, "idle timeout -1s is negative"},

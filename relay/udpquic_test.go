@@ -65,7 +65,7 @@ func TestUDPFollowsQUICConnectionID(t *testing.T) {
 	idA, idB := []byte("serverAA"), []byte("serverBB")
 	a, b := quicTarget(t, idA), quicTarget(t, idB)
 	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"},
-		Targets: []Target{{Addr{"udp", a.LocalAddr().String()}, 1}, {Addr{"udp", b.LocalAddr().String()}, 1}}}}})
+		Targets: []Target{{Addr: Addr{"udp", a.LocalAddr().String()}, Weight: 1}, {Addr: Addr{"udp", b.LocalAddr().String()}, Weight: 1}}}}})
 	ra := s.Addrs("u")[0].(*net.UDPAddr)
 
 	first := dialUDP(t, ra)
@@ -166,7 +166,7 @@ func TestUDPRoutesByQUICServerID(t *testing.T) {
 	a, b := quicTarget(t, cidOf("AA", "aaaaa")), quicTarget(t, cidOf("BB", "bbbbb"))
 	ta, tb := Addr{"udp", a.LocalAddr().String()}, Addr{"udp", b.LocalAddr().String()}
 	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"},
-		Targets: []Target{{ta, 1}, {tb, 1}},
+		Targets: []Target{{Addr: ta, Weight: 1}, {Addr: tb, Weight: 1}},
 		QUICLB:  &QUICLB{ConfigID: 1, ServerIDLen: 2, NonceLen: 5, Servers: []QUICServer{{ta, []byte("AA")}, {tb, []byte("BB")}}}}}})
 	ra := s.Addrs("u")[0].(*net.UDPAddr)
 	for i := range 6 {
@@ -195,7 +195,7 @@ func TestQUICLBConfigChecked(t *testing.T) {
 		{"twice", QUICLB{ServerIDLen: 1, NonceLen: 5, Servers: []QUICServer{{ta, []byte("A")}, {tb, []byte("A")}}}, "given to both"},
 	} {
 		q := c.q
-		_, err := New(Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"}, Targets: []Target{{ta, 1}, {tb, 1}}, QUICLB: &q}}})
+		_, err := New(Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"}, Targets: []Target{{Addr: ta, Weight: 1}, {Addr: tb, Weight: 1}}, QUICLB: &q}}})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}
@@ -214,7 +214,7 @@ func TestUDPQUICIDBeatsStaleSession(t *testing.T) {
 	idA, idB := []byte("serverAA"), []byte("serverBB")
 	a, b := quicTarget(t, idA), quicTarget(t, idB)
 	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"},
-		Targets: []Target{{Addr{"udp", a.LocalAddr().String()}, 1}, {Addr{"udp", b.LocalAddr().String()}, 1}}}}})
+		Targets: []Target{{Addr: Addr{"udp", a.LocalAddr().String()}, Weight: 1}, {Addr: Addr{"udp", b.LocalAddr().String()}, Weight: 1}}}}})
 	ra := s.Addrs("u")[0].(*net.UDPAddr)
 	one, two := dialUDP(t, ra), dialUDP(t, ra)
 	ids := map[*net.UDPConn][]byte{}

@@ -60,11 +60,14 @@ func (r *Route) validateQUICLB(bad func(string, ...any)) {
 		if len(sv.ID) != q.ServerIDLen {
 			bad("quic_lb: server ID %x of %s has %d octets: server_id_len is %d", sv.ID, sv.Target, len(sv.ID), q.ServerIDLen)
 		}
-		known := false
+		known, dynamic := false, false
 		for _, t := range r.targetList() {
 			known = known || t.Addr == sv.Target
+			dynamic = dynamic || t.Addr == sv.Target && t.dynamic()
 		}
-		if !known {
+		if dynamic {
+			bad("quic_lb: server ID %x names %s, which DNS turns into several backends: give server IDs to targets of one address", sv.ID, sv.Target)
+		} else if !known {
 			bad("quic_lb: server ID %x names %s, which is not a target of the route", sv.ID, sv.Target)
 		}
 		for _, o := range q.Servers[:i] {

@@ -28,7 +28,7 @@ func TestUDPStaleRefusalLosesNoBatch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			leakCheck(t)
 			dead := freeUDPPort(t)
-			targets := []Target{{Addr{"udp", dead.String()}, 1}}
+			targets := []Target{{Addr: Addr{"udp", dead.String()}, Weight: 1}}
 			var other *net.UDPConn
 			if tc.other {
 				var err error
@@ -36,7 +36,7 @@ func TestUDPStaleRefusalLosesNoBatch(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer other.Close()
-				targets = append(targets, Target{Addr{"udp", other.LocalAddr().String()}, 1})
+				targets = append(targets, Target{Addr: Addr{"udp", other.LocalAddr().String()}, Weight: 1})
 			}
 			s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"}, Targets: targets}}})
 			c := dialUDP(t, s.Addrs("u")[0].(*net.UDPAddr))

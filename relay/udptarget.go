@@ -47,6 +47,9 @@ func (res *resolved) get(r *Route) (udpAddrs, error) {
 func resolveTargets(r *Route, known udpAddrs) (udpAddrs, error) {
 	out := udpAddrs{}
 	for _, t := range r.Targets {
+		if t.dynamic() {
+			continue // its backends are IP addresses (discover.go)
+		}
 		if tg := known[t.Addr]; tg != nil {
 			out[t.Addr] = tg
 			continue
@@ -105,6 +108,9 @@ func lookupTarget(t Addr) (*udpTarget, error) {
 // last resort), looks the name up again in the background, marking b
 // down meanwhile, so that the lookups back off as failed dials do.
 func (u *udpRoute) targetFor(b *backend, now int64) *udpTarget {
+	if b.udp != nil {
+		return b.udp // discovered: an IP address
+	}
 	tg := (*u.to.Load())[b.addr]
 	if tg != nil && tg.err != nil {
 		if !b.isDown(&now) && b.resolving.CompareAndSwap(false, true) {

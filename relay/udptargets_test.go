@@ -15,7 +15,7 @@ func TestUDPTargetsPinned(t *testing.T) {
 	leakCheck(t)
 	a, b := udpTagServer(t, "A"), udpTagServer(t, "B")
 	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"},
-		Targets: []Target{{Addr{"udp", a.LocalAddr().String()}, 1}, {Addr{"udp", b.LocalAddr().String()}, 1}}}}})
+		Targets: []Target{{Addr: Addr{"udp", a.LocalAddr().String()}, Weight: 1}, {Addr: Addr{"udp", b.LocalAddr().String()}, Weight: 1}}}}})
 	ra := s.Addrs("u")[0].(*net.UDPAddr)
 	seen := map[string]int{}
 	for range 4 {
@@ -53,7 +53,7 @@ func TestUDPTargetRefusedFailover(t *testing.T) {
 	deadAddr := dead.LocalAddr().String()
 	dead.Close()
 	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"},
-		Targets: []Target{{Addr{"udp", deadAddr}, 1}, {Addr{"udp", b.LocalAddr().String()}, 1}}}}})
+		Targets: []Target{{Addr: Addr{"udp", deadAddr}, Weight: 1}, {Addr: Addr{"udp", b.LocalAddr().String()}, Weight: 1}}}}})
 	ra := s.Addrs("u")[0].(*net.UDPAddr)
 	for i := range 4 {
 		c, err := net.DialUDP("udp4", nil, ra)
@@ -83,7 +83,7 @@ func TestUDPLeastConnCountsSessions(t *testing.T) {
 	a, b := udpTagServer(t, "A"), udpTagServer(t, "B")
 	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"}, Balance: LeastConn,
 		SessionTimeout: 500 * time.Millisecond,
-		Targets:        []Target{{Addr{"udp", a.LocalAddr().String()}, 1}, {Addr{"udp", b.LocalAddr().String()}, 3}}}}})
+		Targets:        []Target{{Addr: Addr{"udp", a.LocalAddr().String()}, Weight: 1}, {Addr: Addr{"udp", b.LocalAddr().String()}, Weight: 3}}}}})
 	ra := s.Addrs("u")[0].(*net.UDPAddr)
 	seen := map[string]int{}
 	for range 8 {
@@ -133,7 +133,7 @@ func TestUDPTargetThatIsTheRelay(t *testing.T) {
 	self := net.JoinHostPort("self.test", strconv.Itoa(ra.Port))
 	s := startRelay(t, Config{Routes: []Route{
 		{Name: "u", Listen: Addr{"udp", ra.String()}, MaxSessions: 50,
-			Targets: []Target{{Addr{"udp", self}, 1}, {Addr{"udp", e.LocalAddr().String()}, 1}}},
+			Targets: []Target{{Addr: Addr{"udp", self}, Weight: 1}, {Addr: Addr{"udp", e.LocalAddr().String()}, Weight: 1}}},
 		{Name: "v", Listen: Addr{"udp", rv.String()}, MaxSessions: 50,
 			Target: Addr{"udp", net.JoinHostPort("self.test", strconv.Itoa(rv.Port))}},
 	}})
@@ -206,7 +206,7 @@ func TestUDPTargetConnectFailsOver(t *testing.T) {
 	}
 	b := udpTagServer(t, "B")
 	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"},
-		Targets: []Target{{Addr{"udp", "[fe80::1]:53"}, 1}, {Addr{"udp", b.LocalAddr().String()}, 1}}}}})
+		Targets: []Target{{Addr: Addr{"udp", "[fe80::1]:53"}, Weight: 1}, {Addr: Addr{"udp", b.LocalAddr().String()}, Weight: 1}}}}})
 	ra := s.Addrs("u")[0].(*net.UDPAddr)
 	const clients = 4
 	for i := range clients {

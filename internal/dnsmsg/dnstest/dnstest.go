@@ -40,6 +40,26 @@ type Server struct {
 
 // Start runs a server answering with h until Close.
 func Start(h Handler) (*Server, error) {
+	var s *Server
+	var err error
+	// The UDP port's TCP twin may be taken: try another.
+	for range 20 {
+		if s, err = listen(); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.SetHandler(h)
+	s.wg.Add(2)
+	go s.serveUDP()
+	go s.serveTCP()
+	return s, nil
+}
+
+// listen binds a UDP socket and a TCP listener on one loopback port.
+func listen() (*Server, error) {
 	u, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
 	if err != nil {
 		return nil, err
@@ -50,10 +70,6 @@ func Start(h Handler) (*Server, error) {
 		u.Close()
 		return nil, err
 	}
-	s.SetHandler(h)
-	s.wg.Add(2)
-	go s.serveUDP()
-	go s.serveTCP()
 	return s, nil
 }
 
