@@ -18,7 +18,7 @@ type counters struct {
 	udpSessions, udpSessionsTotal                atomic.Int64
 	udpPacketsUp, udpPacketsDown                 atomic.Uint64
 	udpDropLimit, udpDropWrite, udpDropTruncated atomic.Uint64
-	udpMoved                                     atomic.Uint64
+	udpMoved, udpStale                           atomic.Uint64
 }
 
 // RouteStats is a snapshot of one route's counters. Up is client to
@@ -51,6 +51,7 @@ type RouteStats struct {
 	DropsWriteError         uint64 // datagrams not sent: the kernel refused them, or no upstream socket could take them (failed, or the route closing)
 	DropsTruncated          uint64 // datagrams longer than the receive buffer
 	SessionsMoved           uint64 // sessions that followed their QUIC connection ID to a new client address
+	SessionsStale           uint64 // sessions ended because a new QUIC connection came from their client's address
 
 	// Targets are the route's targets, in the order configured.
 	Targets []TargetStats
@@ -125,6 +126,7 @@ func (s *Server) Stats() Stats {
 			PacketsUp: c.udpPacketsUp.Load(), PacketsDown: c.udpPacketsDown.Load(),
 			DropsSessionLimit: c.udpDropLimit.Load(), DropsWriteError: c.udpDropWrite.Load(),
 			DropsTruncated: c.udpDropTruncated.Load(), SessionsMoved: c.udpMoved.Load(),
+			SessionsStale: c.udpStale.Load(),
 		})
 	}
 	slices.SortFunc(st.Routes, func(a, b RouteStats) int { return strings.Compare(a.Name, b.Name) })

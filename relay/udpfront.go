@@ -171,7 +171,7 @@ func (f *udpFront) open(rt *route, ln *udp.Conn, a *arrival, now int64, held [][
 func (u *udpRoute) find(a *arrival, now int64) *session {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if s := u.sessions[a.key()]; s != nil {
+	if s := u.at(a); s != nil {
 		s.touch(now)
 		return s
 	}

@@ -95,7 +95,7 @@ func (s *session) learnIDs(msgs []udp.Message) {
 			continue
 		}
 		h, err := quichello.ParseLong(b)
-		if err != nil || h.Version != q.version || h.Type == quichello.TypeRetry || len(h.SrcConnID) == 0 ||
+		if err != nil || h.Version != q.version || len(h.SrcConnID) == 0 ||
 			connIDOf(h.DstConnID) != q.clientID {
 			continue
 		}
@@ -203,6 +203,43 @@ func (u *udpRoute) forgetIDs(s *session) {
 		}
 	}
 	q.n = 0
+}
+
+// at, with u.mu held, returns the session at a's address, if a belongs
+// to it. A QUIC client's Initial goes to the connection ID it chose first
+// or, once the target answered (or sent a Retry), to the one the target
+// chose, and both lead to the client's session. An Initial from the same
+// address to an ID that leads elsewhere opens another connection: the
+// client of the session has gone, and the kernel or a NAT gave its port
+// to a new one (an ephemeral port is soon reused: a few hundred clients
+// of one host make a collision likely). That session is stale and ends,
+// so that the new connection is balanced, or routed by its hello, as any
+// new client is, rather than reaching the target of a connection it does
+// not belong to.
+func (u *udpRoute) at(a *arrival) *session {
+	s := u.sessions[a.key()]
+	if s == nil || s.quic == nil || !startsConn(a.payload) {
+		return s
+	}
+	h, err := quichello.ParseLong(a.payload)
+	if err != nil || u.ids.m[connIDOf(h.DstConnID)] == s {
+		return s
+	}
+	u.unlink(s)
+	s.up.Close() // its goroutine ends, as at a failover
+	u.rt.st.udpStale.Add(1)
+	return nil
+}
+
+// startsConn reports whether b begins with a QUIC v1 or v2 client Initial
+// whose destination ID is long enough to be one a client chose (RFC 9000,
+// 7.2: at least 8 bytes).
+func startsConn(b []byte) bool {
+	if len(b) == 0 || b[0]&0xc0 != 0xc0 {
+		return false
+	}
+	h, err := quichello.ParseLong(b)
+	return err == nil && h.Type == quichello.TypeInitial && len(h.DstConnID) >= 8
 }
 
 // follow, with u.mu held, returns the session whose QUIC connection the

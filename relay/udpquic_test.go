@@ -240,3 +240,46 @@ func TestUDPQUICIDBeatsStaleSession(t *testing.T) {
 		t.Fatalf("%d sessions moved, want 1", st.SessionsMoved)
 	}
 }
+
+// TestUDPQUICNewConnectionAtOldAddress: a QUIC client's Initial packets,
+// retransmitted to the ID it chose or sent to the one its target chose,
+// stay in its session; an Initial of a new connection from the same
+// address (a port the kernel gave a new client) is a new client, balanced
+// round-robin to the other target, and the old session ends.
+func TestUDPQUICNewConnectionAtOldAddress(t *testing.T) {
+	leakCheck(t)
+	idA, idB := []byte("serverAA"), []byte("serverBB")
+	a, b := quicTarget(t, idA), quicTarget(t, idB)
+	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{"udp", "127.0.0.1:0"},
+		Targets: []Target{{Addr: Addr{"udp", a.LocalAddr().String()}, Weight: 1}, {Addr: Addr{"udp", b.LocalAddr().String()}, Weight: 1}}}}})
+	c := dialUDP(t, s.Addrs("u")[0].(*net.UDPAddr))
+	target := func(hs []byte) string {
+		switch {
+		case bytes.Contains(hs, idA):
+			return string(idA)
+		case bytes.Contains(hs, idB):
+			return string(idB)
+		}
+		t.Fatalf("reply %q names no target", hs)
+		return ""
+	}
+	first := target(exchange(t, c, quicLong(0, []byte("original1"), []byte("client01"), make([]byte, 64))))
+	if again := target(exchange(t, c, quicLong(0, []byte("original1"), []byte("client01"), make([]byte, 64)))); again != first {
+		t.Fatalf("a retransmitted Initial reached %s, its connection %s", again, first)
+	}
+	if chosen := target(exchange(t, c, quicLong(0, []byte(first), []byte("client01"), make([]byte, 64)))); chosen != first {
+		t.Fatalf("an Initial to the target's ID reached %s, its connection %s", chosen, first)
+	}
+	if st := s.Stats().Routes[0]; st.SessionsStale != 0 || st.SessionsTotal != 1 {
+		t.Fatalf("one connection: %d stale sessions, %d opened", st.SessionsStale, st.SessionsTotal)
+	}
+	second := target(exchange(t, c, quicLong(0, []byte("original2"), []byte("client02"), make([]byte, 64))))
+	if second == first {
+		t.Fatalf("a new connection from the old address reached the old connection's target %s", first)
+	}
+	st := s.Stats().Routes[0]
+	if st.SessionsStale != 1 || st.SessionsTotal != 2 {
+		t.Fatalf("%d stale sessions, %d opened; want 1 and 2", st.SessionsStale, st.SessionsTotal)
+	}
+	waitFor(t, func() bool { return s.Stats().Routes[0].Sessions == 1 })
+}

@@ -57,7 +57,7 @@ type session struct {
 func (u *udpRoute) session(r *Route, ln *udp.Conn, a *arrival, now int64, n uint64) *session {
 	key := a.key()
 	u.mu.Lock()
-	s, drop := u.lookup(key, r, now)
+	s, drop := u.lookup(a, r, now)
 	if s == nil {
 		s = u.follow(a, now)
 	}
@@ -84,7 +84,7 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, a *arrival, now int64, n uint
 	// Looked up again: with several workers another reader may have taken
 	// the last slot, or opened this very session, while we dialled.
 	u.mu.Lock()
-	other, drop := u.lookup(key, r, now)
+	other, drop := u.lookup(a, r, now)
 	if other == nil && drop == nil {
 		s = &session{u: u, b: b, up: up, rc: rc}
 		p := a.peer
@@ -216,8 +216,8 @@ func (u *udpRoute) dropped(c *atomic.Uint64, n uint64, r *Route) {
 // (under u.mu, where a session decides it has expired: found here, it is
 // not expiring); or, when no new session may open, the counter its
 // datagrams are dropped under.
-func (u *udpRoute) lookup(key sessionKey, r *Route, now int64) (*session, *atomic.Uint64) {
-	if s := u.sessions[key]; s != nil {
+func (u *udpRoute) lookup(a *arrival, r *Route, now int64) (*session, *atomic.Uint64) {
+	if s := u.at(a); s != nil {
 		s.touch(now)
 		return s, nil
 	}

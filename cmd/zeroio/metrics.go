@@ -99,6 +99,7 @@ var (
 	mPackets  = desc("udp_datagrams_total", "UDP datagrams relayed; up is client to target.", "direction")
 	mDrops    = desc("udp_drops_total", "UDP datagrams dropped, by reason.", "reason")
 	mMoved    = desc("udp_sessions_moved_total", "UDP sessions that followed their QUIC connection ID to a new client address.")
+	mStale    = desc("udp_sessions_stale_total", "UDP sessions ended because a new QUIC connection came from their client's address.")
 
 	// A listen address shared by routes turns some clients away before
 	// any route is chosen: those carry the address, not a route.
@@ -136,7 +137,7 @@ var (
 type relayCollector struct{ s *relay.Server }
 
 func (c relayCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{mActive, mAccepted, mRelayed, mRejected, mBytes, mErrors, mSessions, mSessTot, mPackets, mDrops, mMoved,
+	for _, d := range []*prometheus.Desc{mActive, mAccepted, mRelayed, mRejected, mBytes, mErrors, mSessions, mSessTot, mPackets, mDrops, mMoved, mStale,
 		mPaused, mPausedNow, mTargetUp, mTargetWeight, mTargetActive, mTargetConns, mTargetFails, mTargetBytes, mHelloRejected, mUDPUnrouted, mUDPUnroutedDrops, mUDPHeld, mLoopConns} {
 		ch <- d
 	}
@@ -190,6 +191,7 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(mDrops, r.DropsWriteError, n, "write_error")
 		counter(mDrops, r.DropsTruncated, n, "truncated")
 		counter(mMoved, r.SessionsMoved, n)
+		counter(mStale, r.SessionsStale, n)
 		ch <- prometheus.MustNewConstMetric(mPaused, prometheus.CounterValue, r.Paused.Seconds(), n)
 		paused := int64(0)
 		if r.AcceptPaused {
