@@ -184,6 +184,7 @@ type fileOf[R any] struct {
 	LogFormat       string        `yaml:"log_format"`
 	ConnLog         string        `yaml:"conn_log"`
 	Metrics         string        `yaml:"metrics"`
+	PidFile         string        `yaml:"pid_file"`
 	Defaults        R             `yaml:"defaults"`
 	Routes          []R           `yaml:"routes"`
 }

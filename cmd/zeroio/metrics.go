@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -27,22 +26,14 @@ type metricsServer struct {
 	draining atomic.Bool
 }
 
-// startMetrics serves /metrics and /healthz on addr (host:port; the host
-// is required, as for relay listen addresses).
-func startMetrics(addr string, rs *relay.Server, log *slog.Logger) (*metricsServer, error) {
-	if err := checkMetricsAddr(addr); err != nil {
-		return nil, err
-	}
+// startMetrics serves /metrics and /healthz on ln.
+func startMetrics(ln net.Listener, rs *relay.Server, log *slog.Logger) *metricsServer {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		relayCollector{rs},
 	)
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("metrics: %w", err)
-	}
 	m := &metricsServer{}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -55,7 +46,7 @@ func startMetrics(addr string, rs *relay.Server, log *slog.Logger) (*metricsServ
 		}
 	}()
 	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
-	return m, nil
+	return m
 }
 
 // healthz answers 200 "ok" while the relay serves and 503 "shutting down"
@@ -78,6 +69,9 @@ func checkMetricsAddr(addr string) error {
 }
 
 func (m *metricsServer) close() {
+	if m == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	m.srv.Shutdown(ctx)

@@ -16,17 +16,9 @@ import (
 // handlers on http.DefaultServeMux, which nothing here serves.
 type pprofServer struct{ srv *http.Server }
 
-// startPprof serves /debug/pprof/ on addr (host:port with an explicit
-// host, as for --metrics). Profiles show code paths and memory, so addr
-// should be a loopback address.
-func startPprof(addr string, log *slog.Logger) (*pprofServer, error) {
-	if err := checkHostPort("pprof", "127.0.0.1:6060", addr); err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("pprof: %w", err)
-	}
+// startPprof serves /debug/pprof/ on ln. Profiles show code paths and
+// memory, so it should listen on a loopback address.
+func startPprof(ln net.Listener, log *slog.Logger) *pprofServer {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -42,10 +34,13 @@ func startPprof(addr string, log *slog.Logger) (*pprofServer, error) {
 		}
 	}()
 	log.Info("pprof", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
-	return &pprofServer{s}, nil
+	return &pprofServer{s}
 }
 
 func (p *pprofServer) close() {
+	if p == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	p.srv.Shutdown(ctx)

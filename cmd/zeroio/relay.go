@@ -18,6 +18,7 @@ import (
 )
 
 func runRelay(args []string, stdout, stderr io.Writer) int {
+	exe, exeErr := startedFrom() // before anything may change the directory
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "zeroio relay: %s\n", strings.ReplaceAll(err.Error(), "\n", "; "))
 		return 1
@@ -50,31 +51,57 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 	if err := inherit(srv, log); err != nil {
 		return fail(err)
 	}
-	var metrics *metricsServer
-	if f.cur.metrics != "" {
-		if metrics, err = startMetrics(f.cur.metrics, srv, log); err != nil {
-			return fail(err)
-		}
-		defer metrics.close()
+	in, err := inheritUpgrade()
+	if err != nil {
+		return fail(err)
 	}
-	if f.pprofAddr != "" {
-		p, err := startPprof(f.pprofAddr, log)
-		if err != nil {
-			return fail(err)
-		}
-		defer p.close()
+	defer in.close()
+	pid, err := preparePidFile(f.cur.pidFile)
+	if err != nil {
+		return fail(err)
+	}
+	defer pid.remove()
+	aux, err := f.listenAux(in)
+	if err != nil {
+		return fail(err)
 	}
 	// Signals are caught before the routes listen: a SIGHUP sent as soon
 	// as "listening" is logged would otherwise kill the process, or be
 	// lost if it was started with SIGHUP ignored (nohup).
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	if upgradeSignal != nil {
+		signal.Notify(sigs, upgradeSignal)
+	}
 	defer signal.Stop(sigs)
-	if err := srv.Start(); err != nil {
+	v, _ := buildVersion()
+	log.Info("starting", "version", v, "pid", os.Getpid())
+	if srv, err = in.start(srv, cfg); err != nil {
+		for _, a := range aux {
+			a.ln.Close()
+		}
 		return fail(err)
 	}
-	notify(log, sdnotify.Ready, sdnotify.Status("serving"))
-	for sig := range sigs {
+	if err := pid.commit(); err != nil {
+		log.Error("pid file not written", "err", err)
+	}
+	metrics, pprof := serveAux(aux, srv, log)
+	defer metrics.close()
+	defer pprof.close()
+	notify(log, append(in.mainPID(), sdnotify.Ready, sdnotify.Status("serving"))...)
+	in.serving()
+	up := &upgrader{exe: exe, exeErr: exeErr, srv: srv, log: log, aux: aux}
+	for {
+		sig, ok := up.next(sigs)
+		if !ok {
+			// The new process serves, on the metrics and pprof
+			// listeners too; what is left here is drained, without
+			// a word to systemd, which follows the new process.
+			metrics.close()
+			pprof.close()
+			shutdown(srv, upgradeSignal, sigs, nil, f.cur.shutdownTimeout, log)
+			return 0
+		}
 		if sig == syscall.SIGHUP {
 			notify(log, sdnotify.Reloading, sdnotify.MonotonicUsec())
 			status := "serving; reloaded"
@@ -91,7 +118,6 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 		shutdown(srv, sig, sigs, metrics, f.cur.shutdownTimeout, log)
 		return 0
 	}
-	return 0
 }
 
 // notify tells the service manager, if one listens (NOTIFY_SOCKET), the
@@ -241,6 +267,10 @@ func shutdown(srv *relay.Server, sig os.Signal, sigs chan os.Signal, metrics *me
 					log.Warn("SIGHUP ignored: shutting down")
 					continue
 				}
+				if s == upgradeSignal {
+					log.Warn("upgrade refused: shutting down")
+					continue
+				}
 				log.Info("second signal: closing now", "signal", s.String())
 				cancel()
 				return
@@ -299,7 +329,10 @@ func (f *relayFlags) reload(srv *relay.Server, log *slog.Logger) error {
 	if st.metrics != f.cur.metrics {
 		log.Warn("the metrics address changes only at a restart; keeping the running one", "metrics", f.cur.metrics, "file", st.metrics)
 	}
-	st.engine, st.logFormat, st.metrics = f.cur.engine, f.cur.logFormat, f.cur.metrics
+	if st.pidFile != f.cur.pidFile {
+		log.Warn("the pid file changes only at a restart; keeping the running one", "pid_file", f.cur.pidFile, "file", st.pidFile)
+	}
+	st.engine, st.logFormat, st.metrics, st.pidFile = f.cur.engine, f.cur.logFormat, f.cur.metrics, f.cur.pidFile
 	f.cur = st
 	log.Info("reloaded", "file", f.file, "routes", len(cfg.Routes))
 	return nil

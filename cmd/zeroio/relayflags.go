@@ -41,6 +41,7 @@ type settings struct {
 	logFormat       string
 	connLog         string
 	metrics         string
+	pidFile         string
 }
 
 // newRelayFlags defines the flags. A route flag left out leaves the
@@ -57,6 +58,7 @@ func newRelayFlags() *relayFlags {
 	fs.StringVar(&o.logFormat, "log-format", "text", "text or json (to stderr)")
 	fs.StringVar(&o.connLog, "conn-log", "debug", "`level` of the line logged for each finished connection (client, route, target, bytes, duration, why it ended): debug, info, warn or off")
 	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics at http://`host:port`/metrics, and /healthz (200, or 503 while shutting down)")
+	fs.StringVar(&o.pidFile, "pid-file", "", "write the process's pid to this `file` (rewritten by the new process of an upgrade, removed at exit)")
 	fs.StringVar(&o.engine, "engine", "", "the `engine` that moves stream routes' bytes: event (event loops, no goroutine per connection; Linux) or goroutine (goroutines per connection, every platform); default the platform's best, event on Linux")
 	fs.StringVar(&f.pprofAddr, "pprof", "", "serve Go's runtime profiles (net/http/pprof) at http://`host:port`/debug/pprof/; off by default, keep it on loopback")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGINT/SIGTERM, how long connections may finish")
@@ -107,6 +109,7 @@ func (f *relayFlags) resolve(fc *fileConfig) settings {
 	pick(&s.logFormat, f.set["log-format"], fc.LogFormat)
 	pick(&s.connLog, f.set["conn-log"], fc.ConnLog)
 	pick(&s.metrics, f.set["metrics"], fc.Metrics)
+	pick(&s.pidFile, f.set["pid-file"], fc.PidFile)
 	return s
 }
 

@@ -1,0 +1,6 @@
+//go:build !race
+
+package main
+
+// raceEnabled says the tests run with -race: binaries they build get it too.
+const raceEnabled = false
