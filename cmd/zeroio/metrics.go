@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -19,7 +16,7 @@ import (
 )
 
 type metricsServer struct {
-	srv *http.Server
+	*httpServer
 	// draining is set when shutdown begins: /healthz then answers 503 so
 	// that a load balancer or orchestrator stops sending new clients
 	// while established connections finish.
@@ -38,13 +35,7 @@ func startMetrics(ln net.Listener, rs *relay.Server, log *slog.Logger) *metricsS
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", m.healthz)
-	s := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	m.srv = s
-	go func() {
-		if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("metrics server failed", "err", err)
-		}
-	}()
+	m.httpServer = serveHTTP(ln, mux, func(err error) { log.Error("metrics server failed", "err", err) })
 	log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	return m
 }
@@ -69,12 +60,9 @@ func checkMetricsAddr(addr string) error {
 }
 
 func (m *metricsServer) close() {
-	if m == nil {
-		return
+	if m != nil {
+		m.httpServer.close()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	m.srv.Shutdown(ctx)
 }
 
 func desc(name, help string, labels ...string) *prometheus.Desc {

@@ -1,20 +1,17 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"time"
 )
 
 // pprofServer serves the runtime profiles of net/http/pprof for a live
 // relay. It has its own mux: importing net/http/pprof also registers the
 // handlers on http.DefaultServeMux, which nothing here serves.
-type pprofServer struct{ srv *http.Server }
+type pprofServer struct{ *httpServer }
 
 // startPprof serves /debug/pprof/ on ln. Profiles show code paths and
 // memory, so it should listen on a loopback address.
@@ -27,23 +24,15 @@ func startPprof(ln net.Listener, log *slog.Logger) *pprofServer {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	// No WriteTimeout: a CPU profile or trace streams for as long as its
 	// ?seconds= asks.
-	s := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("pprof server failed", "err", err)
-		}
-	}()
+	s := serveHTTP(ln, mux, func(err error) { log.Error("pprof server failed", "err", err) })
 	log.Info("pprof", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
 	return &pprofServer{s}
 }
 
 func (p *pprofServer) close() {
-	if p == nil {
-		return
+	if p != nil {
+		p.httpServer.close()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	p.srv.Shutdown(ctx)
 }
 
 // checkHostPort refuses a server address that is not host:port with an

@@ -347,23 +347,25 @@ func (in *inherited) serving() {
 		return
 	}
 	in.ready.Write([]byte{'S'})
-	in.ready.Close()
-	in.ready = nil
+	in.close()
 }
 
-// close closes what was passed and not used.
+// close closes what the old process passed, but the listeners taken.
 func (in *inherited) close() {
 	if in == nil {
 		return
 	}
 	if in.conn != nil {
 		in.conn.Close()
+		in.conn = nil
 	}
 	if in.ready != nil {
 		in.ready.Close()
+		in.ready = nil
 	}
-	for _, ln := range in.lns {
+	for name, ln := range in.lns {
 		ln.Close()
+		delete(in.lns, name)
 	}
 }
 

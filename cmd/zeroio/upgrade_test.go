@@ -219,22 +219,24 @@ func (rt *relayTree) serving() int {
 // serving process and checks that it exits within 5 s, and that the pid
 // file then names a new process that runs the new file and logs version v.
 func (rt *relayTree) upgrade(v string) {
+	rt.t.Helper()
+	rt.exits(rt.startUpgrade(v), 5*time.Second)
+}
+
+// startUpgrade installs version v over the binary, sends SIGUSR2 to the
+// serving process and waits until it says the new one serves, which it
+// checks: the pid file names it, it runs the new file and logged version
+// v. It returns the old process's pid.
+func (rt *relayTree) startUpgrade(v string) int {
 	t := rt.t
 	t.Helper()
 	old := rt.serving()
 	install(t, upgradeBinary(t, v), rt.exe, 0o755)
 	n := len(rt.logs("upgraded: the new process serves"))
-	start := time.Now()
 	if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
 		t.Fatal(err)
 	}
 	rt.waitLog("upgraded: the new process serves", n+1)
-	for syscall.Kill(old, 0) == nil && !zombie(old) {
-		if time.Since(start) > 5*time.Second {
-			t.Fatalf("the old process %d still runs %v after SIGUSR2", old, time.Since(start))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 	pid := rt.serving()
 	if pid == old {
 		t.Fatalf("the pid file still names the old process %d", old)
@@ -246,6 +248,19 @@ func (rt *relayTree) upgrade(v string) {
 		if l["pid"] == float64(pid) && l["version"] != v {
 			t.Fatalf("the new process %d logged version %v, want %s", pid, l["version"], v)
 		}
+	}
+	return old
+}
+
+// exits checks that the process pid exits within d.
+func (rt *relayTree) exits(pid int, d time.Duration) {
+	rt.t.Helper()
+	start := time.Now()
+	for syscall.Kill(pid, 0) == nil && !zombie(pid) {
+		if time.Since(start) > d {
+			rt.t.Fatalf("the old process %d still runs %v after SIGUSR2", pid, time.Since(start))
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -427,20 +442,20 @@ const (
 	udpHandedOver     = false
 )
 
-// upgradeConfig is a config with a TCP route to an echo target and the
-// metrics server, on fixed ports, and the route's address and the
-// /healthz URL.
+// upgradeConfig writes a config with extra (top-level keys), a TCP route
+// to an echo target and the metrics server, on fixed ports, and returns
+// its path, the route's address and the /healthz URL.
 func upgradeConfig(t *testing.T, extra string) (conf, addr, healthz string) {
 	t.Helper()
 	backend := echoServer(t, "tcp", "127.0.0.1:0").Addr().String()
 	addr, metrics := freeAddr(t), freeAddr(t)
-	conf = writeConfig(t, `
+	conf = writeConfig(t, `%s
 metrics: %s
 routes:
   - name: echo
     listen: tcp://%s
     target: tcp://%s
-%s`, metrics, addr, backend, extra)
+`, extra, metrics, addr, backend)
 	return conf, addr, "http://" + metrics + "/healthz"
 }
 
@@ -717,4 +732,25 @@ func udpTraffic(t *testing.T, addr string, n int, d time.Duration, during func()
 		time.Sleep(10 * time.Millisecond)
 	}
 	return int(sent.Load() - got.Load())
+}
+
+// TestUpgradeGoroutineEngine: the goroutine engine hands over its
+// listeners, and the old process keeps its established streams, drains
+// them and exits once they end; new clients go to the new process.
+func TestUpgradeGoroutineEngine(t *testing.T) {
+	conf, addr, healthz := upgradeConfig(t, "engine: goroutine\nshutdown_timeout: 1m\n")
+	rt := startTree(t, "v1", 1, "-c", conf)
+	ss := startStreams(t, addr, 10)
+	loop := startDialLoop(addr, healthz)
+	time.Sleep(200 * time.Millisecond) // let the streams carry data
+	old := rt.startUpgrade("v2")
+	time.Sleep(300 * time.Millisecond)
+	loop.finish(t)
+	if zombie(old) {
+		t.Fatal("the old process exited with streams open")
+	}
+	for _, err := range ss.finish() {
+		t.Error(err)
+	}
+	rt.exits(old, 5*time.Second)
 }
