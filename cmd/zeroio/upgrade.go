@@ -54,7 +54,7 @@ func startedFrom() (string, error) {
 	if !strings.ContainsRune(p, filepath.Separator) {
 		lp, err := exec.LookPath(p)
 		if err != nil {
-			return "", err
+			return "", fmt.Errorf("the binary the relay was started from: %w", err)
 		}
 		p = lp
 	}
@@ -199,7 +199,7 @@ func (u *upgrader) start() {
 		np, err = startNew(p, u.aux)
 	}
 	if err != nil {
-		u.log.Error("upgrade failed; keeping everything", "err", fmt.Errorf("starting %s: %w", p, err))
+		u.log.Error("upgrade failed; keeping everything", "err", err)
 		return
 	}
 	u.log.Info("upgrading: the new process is starting", "exe", p, "pid", np.cmd.Process.Pid)

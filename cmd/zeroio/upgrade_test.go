@@ -481,7 +481,7 @@ func TestUpgradeStreams(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // let the streams carry data
 	rt.upgrade("v2")
 	pid := rt.serving()
-	if !waitNotify(nc, fmt.Sprintf("MAINPID=%d\nREADY=1", pid)) {
+	if !waitNotify(nc, fmt.Sprintf("MAINPID=%d\nREADY=1\n", pid)) {
 		t.Errorf("systemd was not told MAINPID=%d and READY=1", pid)
 	}
 	time.Sleep(500 * time.Millisecond) // the streams go on through the new process
@@ -494,7 +494,8 @@ func TestUpgradeStreams(t *testing.T) {
 	}
 }
 
-// waitNotify reads systemd notifications from c until one is want.
+// waitNotify reads systemd notifications from c until one begins with
+// want.
 func waitNotify(c *net.UnixConn, want string) bool {
 	b := make([]byte, 4096)
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -503,7 +504,7 @@ func waitNotify(c *net.UnixConn, want string) bool {
 		if err != nil {
 			return false
 		}
-		if string(b[:n]) == want {
+		if strings.HasPrefix(string(b[:n]), want) {
 			return true
 		}
 	}
