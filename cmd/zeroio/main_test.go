@@ -42,12 +42,60 @@ func TestMain(m *testing.M) {
 
 // proc is a running zeroio relay whose JSON log is parsed as it arrives.
 type proc struct {
-	cmd    *exec.Cmd
-	mu     sync.Mutex
-	lines  []map[string]any
-	update chan struct{}
+	cmd *exec.Cmd
+	*jsonLog
 	exited chan struct{}
 	err    error
+}
+
+// jsonLog is a relay's JSON log (one process's, or that of several
+// sharing a stderr), parsed line by line as it arrives.
+type jsonLog struct {
+	mu     sync.Mutex
+	lines  []map[string]any
+	update chan struct{} // a value after each new line
+}
+
+func newJSONLog() *jsonLog { return &jsonLog{update: make(chan struct{}, 1)} }
+
+// read parses the lines of r until it ends.
+func (l *jsonLog) read(r io.Reader) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		var m map[string]any
+		if json.Unmarshal(sc.Bytes(), &m) != nil {
+			m = map[string]any{"msg": "RAW " + sc.Text()}
+		}
+		l.mu.Lock()
+		l.lines = append(l.lines, m)
+		l.mu.Unlock()
+		select {
+		case l.update <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// logs returns the lines logged with msg.
+func (l *jsonLog) logs(msg string) []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, m := range l.lines {
+		if m["msg"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// dump writes every line to t's log.
+func (l *jsonLog) dump(t *testing.T) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range l.lines {
+		t.Logf("relay log: %v", m)
+	}
 }
 
 // startProc runs zeroio relay with args and waits until it logged
@@ -84,22 +132,9 @@ func launchCmd(t *testing.T, prep func(*exec.Cmd), wrapper []string, want int, a
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	p := &proc{cmd: cmd, update: make(chan struct{}, 1), exited: make(chan struct{})}
+	p := &proc{cmd: cmd, jsonLog: newJSONLog(), exited: make(chan struct{})}
 	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			var m map[string]any
-			if json.Unmarshal(sc.Bytes(), &m) != nil {
-				m = map[string]any{"msg": "RAW " + sc.Text()}
-			}
-			p.mu.Lock()
-			p.lines = append(p.lines, m)
-			p.mu.Unlock()
-			select {
-			case p.update <- struct{}{}:
-			default:
-			}
-		}
+		p.read(stderr)
 		p.err = cmd.Wait()
 		close(p.exited)
 	}()
@@ -107,11 +142,7 @@ func launchCmd(t *testing.T, prep func(*exec.Cmd), wrapper []string, want int, a
 		cmd.Process.Kill()
 		<-p.exited
 		if t.Failed() {
-			p.mu.Lock()
-			for _, l := range p.lines {
-				t.Logf("relay log: %v", l)
-			}
-			p.mu.Unlock()
+			p.dump(t)
 		}
 	})
 	p.waitLog(t, "listening", want)
@@ -134,18 +165,6 @@ func (p *proc) waitLog(t *testing.T, msg string, n int) {
 			t.Fatalf("relay did not log %q %d times", msg, n)
 		}
 	}
-}
-
-func (p *proc) logs(msg string) []map[string]any {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []map[string]any
-	for _, l := range p.lines {
-		if l["msg"] == msg {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // addr returns the listen address logged for route.

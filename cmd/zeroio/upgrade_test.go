@@ -3,9 +3,7 @@
 package main
 
 import (
-	"bufio"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash"
@@ -89,9 +87,7 @@ type relayTree struct {
 	pidFile string
 	first   *exec.Cmd
 	exited  chan struct{} // the first process has exited
-	mu      sync.Mutex
-	lines   []map[string]any
-	update  chan struct{}
+	*jsonLog
 }
 
 // startTree installs version v at dir/zeroio and runs `zeroio relay args`
@@ -101,7 +97,7 @@ func startTree(t *testing.T, v string, want int, args ...string) *relayTree {
 	t.Helper()
 	dir := t.TempDir()
 	rt := &relayTree{t: t, exe: filepath.Join(dir, "zeroio"), pidFile: filepath.Join(dir, "zeroio.pid"),
-		exited: make(chan struct{}), update: make(chan struct{}, 1)}
+		exited: make(chan struct{}), jsonLog: newJSONLog()}
 	install(t, upgradeBinary(t, v), rt.exe, 0o755)
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -121,18 +117,17 @@ func startTree(t *testing.T, v string, want int, args ...string) *relayTree {
 		cmd.Wait()
 		close(rt.exited)
 	}()
-	go rt.read(r)
+	go func() {
+		defer r.Close()
+		rt.read(r)
+	}()
 	t.Cleanup(func() {
 		for _, pid := range rt.pids() {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 		<-rt.exited
 		if t.Failed() {
-			rt.mu.Lock()
-			for _, l := range rt.lines {
-				t.Logf("relay log: %v", l)
-			}
-			rt.mu.Unlock()
+			rt.dump(t)
 		}
 	})
 	rt.waitLog("listening", want)
@@ -143,38 +138,6 @@ func startTree(t *testing.T, v string, want int, args ...string) *relayTree {
 		}
 	}
 	return rt
-}
-
-// read parses the JSON log lines of every process of the tree.
-func (rt *relayTree) read(r *os.File) {
-	defer r.Close()
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		var m map[string]any
-		if json.Unmarshal(sc.Bytes(), &m) != nil {
-			m = map[string]any{"msg": "RAW " + sc.Text()}
-		}
-		rt.mu.Lock()
-		rt.lines = append(rt.lines, m)
-		rt.mu.Unlock()
-		select {
-		case rt.update <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// logs returns the lines logged with msg, by any process.
-func (rt *relayTree) logs(msg string) []map[string]any {
-	rt.mu.Lock()
-	defer rt.mu.Unlock()
-	var out []map[string]any
-	for _, l := range rt.lines {
-		if l["msg"] == msg {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 // waitLog waits until msg was logged n times in all.
@@ -471,6 +434,24 @@ func TestUpgradeStreams(t *testing.T) {
 	}
 	defer nc.Close()
 	t.Setenv("NOTIFY_SOCKET", notify)
+	upgradeUnderLoad(t, 1, func(rt *relayTree) {
+		pid := rt.serving()
+		if !waitNotify(nc, fmt.Sprintf("MAINPID=%d\nREADY=1\n", pid)) {
+			t.Errorf("systemd was not told MAINPID=%d and READY=1", pid)
+		}
+	})
+}
+
+// TestUpgradeTenTimes upgrades ten times in a row under the same load.
+func TestUpgradeTenTimes(t *testing.T) {
+	upgradeUnderLoad(t, 10, nil)
+}
+
+// upgradeUnderLoad starts a relay, 100 streams through it and a loop of
+// new connections, upgrades it n times (v1 to v2, back to v1...),
+// calling after, if not nil, after each, and checks that every stream
+// and connection went through whole.
+func upgradeUnderLoad(t *testing.T, n int, after func(*relayTree)) {
 	conf, addr, healthz := upgradeConfig(t, "")
 	rt := startTree(t, "v1", 1, "-c", conf)
 	var ss *streams
@@ -478,13 +459,14 @@ func TestUpgradeStreams(t *testing.T) {
 		ss = startStreams(t, addr, 100)
 	}
 	loop := startDialLoop(addr, healthz)
-	time.Sleep(500 * time.Millisecond) // let the streams carry data
-	rt.upgrade("v2")
-	pid := rt.serving()
-	if !waitNotify(nc, fmt.Sprintf("MAINPID=%d\nREADY=1\n", pid)) {
-		t.Errorf("systemd was not told MAINPID=%d and READY=1", pid)
+	for i := range n {
+		time.Sleep(300 * time.Millisecond) // let the streams carry data
+		rt.upgrade([]string{"v2", "v1"}[i%2])
+		if after != nil {
+			after(rt)
+		}
 	}
-	time.Sleep(500 * time.Millisecond) // the streams go on through the new process
+	time.Sleep(300 * time.Millisecond) // the streams go on through the new process
 	loop.finish(t)
 	if ss == nil {
 		t.Skip("established streams are not handed over yet (relay.HandOver): checked listeners, new connections and /healthz only")
@@ -507,28 +489,6 @@ func waitNotify(c *net.UnixConn, want string) bool {
 		if strings.HasPrefix(string(b[:n]), want) {
 			return true
 		}
-	}
-}
-
-// TestUpgradeTenTimes upgrades ten times in a row under the streams and
-// the loop of new connections.
-func TestUpgradeTenTimes(t *testing.T) {
-	conf, addr, healthz := upgradeConfig(t, "")
-	rt := startTree(t, "v1", 1, "-c", conf)
-	var ss *streams
-	if streamsHandedOver {
-		ss = startStreams(t, addr, 100)
-	}
-	loop := startDialLoop(addr, healthz)
-	for i := range 10 {
-		rt.upgrade([]string{"v2", "v1"}[i%2])
-	}
-	loop.finish(t)
-	if ss == nil {
-		t.Skip("established streams are not handed over yet (relay.HandOver): checked listeners and new connections only")
-	}
-	for _, err := range ss.finish() {
-		t.Error(err)
 	}
 }
 
