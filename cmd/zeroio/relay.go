@@ -74,14 +74,14 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 		signal.Notify(sigs, upgradeSignal)
 	}
 	defer signal.Stop(sigs)
-	v, _ := buildVersion()
-	log.Info("starting", "version", v, "pid", os.Getpid())
 	if srv, err = in.start(srv, cfg); err != nil {
 		for _, a := range aux {
 			a.ln.Close()
 		}
 		return fail(err)
 	}
+	v, _ := buildVersion()
+	log.Info("started", "version", v, "pid", os.Getpid())
 	if err := pid.commit(); err != nil {
 		log.Error("pid file not written", "err", err)
 	}

@@ -87,6 +87,7 @@ type relayTree struct {
 	pidFile string
 	first   *exec.Cmd
 	exited  chan struct{} // the first process has exited
+	gone    chan struct{} // every process has: the log has ended
 	*jsonLog
 }
 
@@ -97,7 +98,7 @@ func startTree(t *testing.T, v string, want int, args ...string) *relayTree {
 	t.Helper()
 	dir := t.TempDir()
 	rt := &relayTree{t: t, exe: filepath.Join(dir, "zeroio"), pidFile: filepath.Join(dir, "zeroio.pid"),
-		exited: make(chan struct{}), jsonLog: newJSONLog()}
+		exited: make(chan struct{}), gone: make(chan struct{}), jsonLog: newJSONLog()}
 	install(t, upgradeBinary(t, v), rt.exe, 0o755)
 	r, w, err := os.Pipe()
 	if err != nil {
@@ -118,6 +119,7 @@ func startTree(t *testing.T, v string, want int, args ...string) *relayTree {
 		close(rt.exited)
 	}()
 	go func() {
+		defer close(rt.gone)
 		defer r.Close()
 		rt.read(r)
 	}()
@@ -150,6 +152,11 @@ func (rt *relayTree) waitLog(msg string, n int) []map[string]any {
 		}
 		select {
 		case <-rt.update:
+		case <-rt.gone:
+			if l := rt.logs(msg); len(l) >= n {
+				return l
+			}
+			rt.t.Fatalf("every process exited before %q was logged %d times", msg, n)
 		case <-deadline:
 			rt.t.Fatalf("%q not logged %d times", msg, n)
 		}
@@ -157,10 +164,10 @@ func (rt *relayTree) waitLog(msg string, n int) []map[string]any {
 }
 
 // pids returns the pid of every process of the tree that logged
-// "starting".
+// "started".
 func (rt *relayTree) pids() []int {
 	var out []int
-	for _, l := range rt.logs("starting") {
+	for _, l := range rt.logs("started") {
 		if pid, ok := l["pid"].(float64); ok {
 			out = append(out, int(pid))
 		}
@@ -207,7 +214,7 @@ func (rt *relayTree) startUpgrade(v string) int {
 	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err != nil || exe != rt.exe {
 		t.Fatalf("the new process %d runs %q (%v), want %s", pid, exe, err, rt.exe)
 	}
-	for _, l := range rt.logs("starting") {
+	for _, l := range rt.logs("started") {
 		if l["pid"] == float64(pid) && l["version"] != v {
 			t.Fatalf("the new process %d logged version %v, want %s", pid, l["version"], v)
 		}
