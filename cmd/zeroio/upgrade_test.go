@@ -722,3 +722,32 @@ func TestUpgradeGoroutineEngine(t *testing.T) {
 	}
 	rt.exits(old, 5*time.Second)
 }
+
+// TestUpgradeDeferredSignal: SIGTERM during an upgrade that succeeds goes
+// to the new process, which shuts down and removes the pid file.
+func TestUpgradeDeferredSignal(t *testing.T) {
+	conf, _, _ := upgradeConfig(t, "")
+	rt := startTree(t, "v1", 1, "-c", conf)
+	old := rt.serving()
+	// The new binary starts late enough for the signal to meet the
+	// upgrade in flight.
+	writeScript(t, rt.exe, fmt.Sprintf("sleep 0.5; exec %s \"$@\"", upgradeBinary(t, "v2")))
+	syscall.Kill(old, syscall.SIGUSR2)
+	rt.waitLog("upgrading: the new process is starting", 1)
+	syscall.Kill(old, syscall.SIGTERM)
+	rt.waitLog("signal deferred until the upgrade ends", 1)
+	rt.waitLog("upgraded: the new process serves", 1)
+	l := rt.waitLog("signal passed to the new process", 1)
+	if l[0]["signal"] != "terminated" {
+		t.Errorf("passed %v, want terminated", l[0]["signal"])
+	}
+	rt.waitLog("stopped", 2) // the old process, then the new one
+	select {
+	case <-rt.gone:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a process of the relay still runs")
+	}
+	if _, err := os.Stat(rt.pidFile); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("pid file left at exit: %v", err)
+	}
+}
