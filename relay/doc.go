@@ -29,6 +29,14 @@
 // life and moves to another when its target refuses (ECONNREFUSED).
 // [Config.ConnLog] logs one line per finished connection.
 //
+// A target may stand for the backends DNS publishes: an SRV name
+// (srv+tcp://_svc._tcp.example.com, srv+udp://...), each record's
+// addresses a backend with its weight and priority, or a host name with
+// [Target.Resolve] [ResolveAll], each address a backend. They are asked
+// of [Config.Resolver] by the relay's own DNS client, again as their
+// TTL runs out, and each backend is balanced, checked and counted on
+// its own; backends an answer drops drain (see [Target]).
+//
 // # Streams
 //
 // For each accepted connection the relay dials the target within

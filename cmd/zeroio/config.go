@@ -20,11 +20,12 @@ import (
 )
 
 // targetSpec is one entry of a route's targets: a URL, or a mapping
-// with the URL and a weight.
+// with the URL, a weight, and how its host name resolves.
 type targetSpec struct {
 	URL      string   `yaml:"url"`
 	Weight   *integer `yaml:"weight"`
 	ServerID string   `yaml:"server_id"` // hex: the target's QUIC-LB server ID (see quic_lb)
+	Resolve  string   `yaml:"resolve"`   // all: a backend per address of its host name
 }
 
 func (t *targetSpec) UnmarshalYAML(n *yaml.Node) error {
@@ -34,7 +35,7 @@ func (t *targetSpec) UnmarshalYAML(n *yaml.Node) error {
 	}
 	// Node.Decode is not strict (it has no KnownFields switch), so the
 	// keys are checked here, at the line they are on.
-	if err := checkKeys(n, "url", "weight", "server_id"); err != nil {
+	if err := checkKeys(n, "url", "weight", "server_id", "resolve"); err != nil {
 		return err
 	}
 	type plain targetSpec
@@ -185,6 +186,9 @@ type fileOf[R any] struct {
 	ConnLog         string        `yaml:"conn_log"`
 	Metrics         string        `yaml:"metrics"`
 	PidFile         string        `yaml:"pid_file"`
+	Resolver        string        `yaml:"resolver"`
+	DNSMinTTL       time.Duration `yaml:"dns_min_ttl"`
+	DNSMaxTTL       time.Duration `yaml:"dns_max_ttl"`
 	Defaults        R             `yaml:"defaults"`
 	Routes          []R           `yaml:"routes"`
 }
@@ -325,7 +329,7 @@ var (
 		{"main.fileOf[", "a mapping of settings and routes"},
 		{"main.routeFields", "a mapping of route settings"},
 		{"main.healthFields", "a mapping (interval, timeout, rise, fall)"},
-		{"main.plain", "a URL or a mapping (url, weight)"},
+		{"main.plain", "a URL or a mapping (url, weight, resolve)"},
 		{"[]main.targetSpec", "a list of targets"},
 		{"[]yaml.Node", "a list of routes"},
 		{"[]string", "a list"},

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/bytedance/gopkg v0.1.4
 	github.com/libp2p/go-buffer-pool v0.1.0
+	github.com/miekg/dns v1.1.73
 	github.com/prometheus/client_golang v1.25.0
 	github.com/quic-go/quic-go v0.65.0
 	github.com/valyala/bytebufferpool v1.0.0

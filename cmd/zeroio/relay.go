@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime"
@@ -190,9 +191,28 @@ func (f *relayFlags) fromFile() (relay.Config, settings, error) {
 // withSettings sets the fields of cfg that the process's settings give.
 func withSettings(cfg relay.Config, st settings) (relay.Config, error) {
 	cfg.MaxConns, cfg.Engine = st.maxConns, st.engine
+	cfg.DNSMinTTL, cfg.DNSMaxTTL = st.dnsMinTTL, st.dnsMaxTTL
 	var err error
+	if cfg.Resolver, err = parseResolver(st.resolver); err != nil {
+		return cfg, err
+	}
 	cfg.ConnLog, err = connLogLevel(st.connLog)
 	return cfg, err
+}
+
+// parseResolver reads --resolver: an IP address, with a port or not
+// (53), or "" for the system's servers.
+func parseResolver(s string) (netip.AddrPort, error) {
+	if s == "" {
+		return netip.AddrPort{}, nil
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap, nil
+	}
+	if ip, err := netip.ParseAddr(strings.Trim(s, "[]")); err == nil {
+		return netip.AddrPortFrom(ip, 53), nil
+	}
+	return netip.AddrPort{}, fmt.Errorf("resolver %q: want an IP address and port, as 127.0.0.1:53 or [::1]:53", s)
 }
 
 // connLogLevel reads --conn-log.
@@ -244,7 +264,7 @@ func (f *relayFlags) check(cfg relay.Config, stdout io.Writer, fail func(error) 
 	}
 	fmt.Fprintf(stdout, "config ok: %d route%s\n", len(cfg.Routes), plural)
 	if f.checkTargets {
-		if err := checkTargets(cfg.Routes, stdout); err != nil {
+		if err := checkTargets(cfg, stdout); err != nil {
 			return fail(err)
 		}
 	}

@@ -42,6 +42,9 @@ type settings struct {
 	connLog         string
 	metrics         string
 	pidFile         string
+	resolver        string
+	dnsMinTTL       time.Duration
+	dnsMaxTTL       time.Duration
 }
 
 // newRelayFlags defines the flags. A route flag left out leaves the
@@ -59,6 +62,9 @@ func newRelayFlags() *relayFlags {
 	fs.StringVar(&o.connLog, "conn-log", "debug", "`level` of the line logged for each finished connection (client, route, target, bytes, duration, why it ended): debug, info, warn or off")
 	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics at http://`host:port`/metrics, and /healthz (200, or 503 while shutting down)")
 	fs.StringVar(&o.pidFile, "pid-file", "", "write the process's pid to this `file` (rewritten by the new process of an upgrade, removed at exit)")
+	fs.StringVar(&o.resolver, "resolver", "", "ask this DNS server (`host:port`, an IP address; port 53 if left out) for the names of srv+tcp, srv+udp and resolve all targets, instead of the servers of /etc/resolv.conf")
+	fs.DurationVar(&o.dnsMinTTL, "dns-min-ttl", relay.DefaultDNSMinTTL, "keep a discovered target's DNS answer at least this long, whatever its TTL (a `duration`)")
+	fs.DurationVar(&o.dnsMaxTTL, "dns-max-ttl", relay.DefaultDNSMaxTTL, "keep a discovered target's DNS answer at most this long, whatever its TTL (a `duration`)")
 	fs.StringVar(&o.engine, "engine", "", "the `engine` that moves stream routes' bytes: event (event loops, no goroutine per connection; Linux) or goroutine (goroutines per connection, every platform); default the platform's best, event on Linux")
 	fs.StringVar(&f.pprofAddr, "pprof", "", "serve Go's runtime profiles (net/http/pprof) at http://`host:port`/debug/pprof/; off by default, keep it on loopback")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGINT/SIGTERM, how long connections may finish")
@@ -110,6 +116,9 @@ func (f *relayFlags) resolve(fc *fileConfig) settings {
 	pick(&s.connLog, f.set["conn-log"], fc.ConnLog)
 	pick(&s.metrics, f.set["metrics"], fc.Metrics)
 	pick(&s.pidFile, f.set["pid-file"], fc.PidFile)
+	pick(&s.resolver, f.set["resolver"], fc.Resolver)
+	pick(&s.dnsMinTTL, f.set["dns-min-ttl"], fc.DNSMinTTL)
+	pick(&s.dnsMaxTTL, f.set["dns-max-ttl"], fc.DNSMaxTTL)
 	return s
 }
 

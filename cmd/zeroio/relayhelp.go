@@ -15,7 +15,8 @@ const relayUsage = `Usage:
 
 Relays every connection (or UDP datagram) arriving at LISTEN to one of
 the TARGETs. Addresses are URLs: tcp://127.0.0.1:8080, tcp://[::1]:8080,
-unix:///run/app.sock, unix://@abstract, udp://127.0.0.1:5353.
+unix:///run/app.sock, unix://@abstract, udp://127.0.0.1:5353; a target
+may be srv+tcp://_svc._tcp.example.com (every SRV record, from DNS).
 `
 
 const relayExamples = `
@@ -26,6 +27,8 @@ Examples:
   zeroio relay tcp://127.0.0.1:8080 unix:///run/app.sock
   # front a service for the LAN only, sending the client's address in PROXY v2
   zeroio relay tcp://0.0.0.0:443 tcp://10.0.0.2:8443 --allow 192.168.0.0/16 --send-proxy v2
+  # balance over every instance a Consul agent's DNS publishes, following it
+  zeroio relay tcp://0.0.0.0:8080 srv+tcp://_web._tcp.service.consul --resolver 127.0.0.1:8600
   # forward DNS, sessions ending after 30 s of silence
   zeroio relay udp://0.0.0.0:53 udp://9.9.9.9:53 --session-timeout 30s
   # many routes from a file, with metrics; check an edited file before SIGHUP

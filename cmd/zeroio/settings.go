@@ -29,6 +29,8 @@ var routeSettings = []setting{
 		return applyTargets([]targetSpec{{URL: v}}, r)
 	}),
 	opt("targets", applyTargets),
+	opt("resolve", applyResolve,
+		stringFlag("resolve", "all: a target given by host name stands for each of its addresses, a backend each, looked up again as their TTL runs out (per target in a file: resolve: all)")),
 	opt("balance", func(v string, r *relay.Route) error { r.Balance = relay.Balance(v); return nil },
 		stringFlag("balance", "the `policy` that spreads new clients over a route's targets: round-robin (weighted; the default), least-conn or client-hash")),
 	opt("health_check", applyHealth,
@@ -192,7 +194,7 @@ func applyTargets(ts []targetSpec, r *relay.Route) error {
 		if t.Weight != nil {
 			w = int(*t.Weight)
 		}
-		r.Targets = append(r.Targets, relay.Target{Addr: a, Weight: w})
+		r.Targets = append(r.Targets, relay.Target{Addr: a, Weight: w, Resolve: relay.Resolve(t.Resolve)})
 		if t.ServerID != "" {
 			id, err := hex.DecodeString(t.ServerID)
 			if err != nil || len(id) == 0 {
@@ -202,6 +204,18 @@ func applyTargets(ts []targetSpec, r *relay.Route) error {
 				r.QUICLB = &relay.QUICLB{}
 			}
 			r.QUICLB.Servers = append(r.QUICLB.Servers, relay.QUICServer{Target: a, ID: id})
+		}
+	}
+	return nil
+}
+
+// applyResolve gives the route's targets that set none, but Unix
+// paths, the route's resolve: the flag and the route's key are a default
+// for its targets.
+func applyResolve(v string, r *relay.Route) error {
+	for i := range r.Targets {
+		if t := &r.Targets[i]; t.Resolve == "" && t.Addr.Network != "unix" {
+			t.Resolve = relay.Resolve(v)
 		}
 	}
 	return nil
