@@ -170,15 +170,18 @@ func TestPickAllocs(t *testing.T) {
 		t.Skip("allocation counts differ under -race")
 	}
 	for _, policy := range []Balance{RoundRobin, LeastConn, ClientHash} {
-		ts := testSet(t, policy, 1, 2, 3)
-		ts.bs[0].downUntil.Store(noRetry)
-		client := netip.MustParseAddr("2001:db8::1")
-		if n := testing.AllocsPerRun(100, func() {
-			var tried triedSet
-			for ts.pick(client, &tried) != nil {
+		for _, prio := range [][]uint16{nil, {0, 1, 1}} { // SRV priorities
+			ts := testSet(t, policy, 1, 2, 3)
+			ts.prio = prio
+			ts.bs[0].downUntil.Store(noRetry)
+			client := netip.MustParseAddr("2001:db8::1")
+			if n := testing.AllocsPerRun(100, func() {
+				var tried triedSet
+				for ts.pick(client, &tried) != nil {
+				}
+			}); n != 0 {
+				t.Errorf("%s, priorities %v: %v allocations per pick", policy, prio, n)
 			}
-		}); n != 0 {
-			t.Errorf("%s: %v allocations per pick", policy, n)
 		}
 	}
 }
