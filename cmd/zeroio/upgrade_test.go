@@ -186,23 +186,27 @@ func (rt *relayTree) serving() int {
 }
 
 // upgrade installs version v over the binary, sends SIGUSR2 to the
-// serving process and checks that it exits within 5 s, and that the pid
-// file then names a new process that runs the new file and logs version v.
+// serving process and checks that it exits within exitBound (5 s), and
+// that the pid file then names a new process that runs the new file and
+// logs version v.
 func (rt *relayTree) upgrade(v string) {
 	rt.t.Helper()
-	rt.exits(rt.startUpgrade(v), 5*time.Second)
+	old, sent := rt.startUpgrade(v)
+	rt.exits(old, sent, exitBound)
+	rt.t.Logf("upgraded to %s: the old process exited %v after SIGUSR2", v, time.Since(sent).Round(time.Millisecond))
 }
 
 // startUpgrade installs version v over the binary, sends SIGUSR2 to the
 // serving process and waits until it says the new one serves, which it
 // checks: the pid file names it, it runs the new file and logged version
-// v. It returns the old process's pid.
-func (rt *relayTree) startUpgrade(v string) int {
+// v. It returns the old process's pid and when the signal was sent.
+func (rt *relayTree) startUpgrade(v string) (int, time.Time) {
 	t := rt.t
 	t.Helper()
 	old := rt.serving()
 	install(t, upgradeBinary(t, v), rt.exe, 0o755)
 	n := len(rt.logs("upgraded: the new process serves"))
+	sent := time.Now()
 	if err := syscall.Kill(old, syscall.SIGUSR2); err != nil {
 		t.Fatal(err)
 	}
@@ -219,16 +223,15 @@ func (rt *relayTree) startUpgrade(v string) int {
 			t.Fatalf("the new process %d logged version %v, want %s", pid, l["version"], v)
 		}
 	}
-	return old
+	return old, sent
 }
 
-// exits checks that the process pid exits within d.
-func (rt *relayTree) exits(pid int, d time.Duration) {
+// exits checks that the process pid exits within d of since.
+func (rt *relayTree) exits(pid int, since time.Time, d time.Duration) {
 	rt.t.Helper()
-	start := time.Now()
 	for syscall.Kill(pid, 0) == nil && !zombie(pid) {
-		if time.Since(start) > d {
-			rt.t.Fatalf("the old process %d still runs %v after SIGUSR2", pid, time.Since(start))
+		if time.Since(since) > d {
+			rt.t.Fatalf("the old process %d still runs %v after SIGUSR2", pid, time.Since(since))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -711,7 +714,7 @@ func TestUpgradeGoroutineEngine(t *testing.T) {
 	ss := startStreams(t, addr, 10)
 	loop := startDialLoop(addr, healthz)
 	time.Sleep(200 * time.Millisecond) // let the streams carry data
-	old := rt.startUpgrade("v2")
+	old, _ := rt.startUpgrade("v2")
 	time.Sleep(300 * time.Millisecond)
 	loop.finish(t)
 	if zombie(old) {
@@ -720,7 +723,7 @@ func TestUpgradeGoroutineEngine(t *testing.T) {
 	for _, err := range ss.finish() {
 		t.Error(err)
 	}
-	rt.exits(old, 5*time.Second)
+	rt.exits(old, time.Now(), exitBound)
 }
 
 // TestUpgradeDeferredSignal: SIGTERM during an upgrade that succeeds goes
