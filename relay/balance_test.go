@@ -215,19 +215,29 @@ func TestPickConcurrent(t *testing.T) {
 func BenchmarkPick(b *testing.B) {
 	for _, policy := range []Balance{RoundRobin, LeastConn, ClientHash} {
 		for _, n := range []int{1, 4, 16} {
-			b.Run(fmt.Sprintf("policy=%s/targets=%d", policy, n), func(b *testing.B) {
-				ws := make([]int, n)
-				for i := range ws {
-					ws[i] = 1
-				}
-				ts := testSet(b, policy, ws...)
-				client := netip.MustParseAddr("192.0.2.1")
-				b.ReportAllocs()
-				for b.Loop() {
-					var tried triedSet
-					ts.pick(client, &tried)
-				}
-			})
+			// priorities=2: the later half of the targets of a second
+			// SRV priority, taken only when the first is down.
+			for _, np := range []int{1, 2} {
+				b.Run(fmt.Sprintf("policy=%s/targets=%d/priorities=%d", policy, n, np), func(b *testing.B) {
+					ws := make([]int, n)
+					for i := range ws {
+						ws[i] = 1
+					}
+					ts := testSet(b, policy, ws...)
+					if np > 1 {
+						ts.prio = make([]uint16, n)
+						for i := n / 2; i < n; i++ {
+							ts.prio[i] = 1
+						}
+					}
+					client := netip.MustParseAddr("192.0.2.1")
+					b.ReportAllocs()
+					for b.Loop() {
+						var tried triedSet
+						ts.pick(client, &tried)
+					}
+				})
+			}
 		}
 	}
 }
