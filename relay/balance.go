@@ -55,11 +55,12 @@ func gcd(a, b int) int {
 // same way); handing them all to the target listed after it would give
 // that one the down target's whole share on top of its own.
 func (ts *targetSet) pickRoundRobin(tried *triedSet, anyState bool, now *int64) int {
-	m := uint64(len(ts.seq))
+	seq := ts.order()
+	m := uint64(len(seq))
 	if m == 0 {
 		return -1
 	}
-	if i := int(ts.seq[(ts.next.Add(1)-1)%m]); ts.eligible(i, tried, anyState, now) {
+	if i := int(seq[(ts.next.Add(1)-1)%m]); ts.eligible(i, tried, anyState, now) {
 		return i
 	}
 	// Pass turns over only if some target can take one: each target with
@@ -72,7 +73,7 @@ func (ts *targetSet) pickRoundRobin(tried *triedSet, anyState bool, now *int64) 
 		return -1
 	}
 	for range m - 1 {
-		if i := int(ts.seq[(ts.next.Add(1)-1)%m]); ts.eligible(i, tried, anyState, now) {
+		if i := int(seq[(ts.next.Add(1)-1)%m]); ts.eligible(i, tried, anyState, now) {
 			return i
 		}
 	}
@@ -103,7 +104,7 @@ func (ts *targetSet) pickLeastConn(tried *triedSet, anyState bool, now *int64) i
 		}
 		a := ts.bs[i].active.Load() + ts.bs[i].dialing.Load()
 		// a/w < bestActive/bestW, without division.
-		if best < 0 || a*int64(ts.weights[best]) < bestActive*int64(ts.weights[i]) {
+		if best < 0 || a*int64(ts.weight(best)) < bestActive*int64(ts.weight(i)) {
 			best, bestActive = i, a
 		}
 	}
@@ -132,7 +133,7 @@ func (ts *targetSet) pickHash(client netip.Addr, tried *triedSet, anyState bool,
 		}
 		h := mix64(ch ^ b.key)
 		u := (float64(h>>11) + 0.5) / (1 << 53) // in (0, 1)
-		score := float64(ts.weights[i]) / -math.Log(u)
+		score := float64(ts.weight(i)) / -math.Log(u)
 		if best < 0 || score > bestScore {
 			best, bestScore = i, score
 		}

@@ -21,6 +21,7 @@ const (
 	endReset                             // a read or write failed (a reset, mostly)
 	endShutdown                          // Shutdown's deadline or Close
 	endNoTarget                          // no target answered the dial
+	endClosed                            // Server.CloseStream
 )
 
 var endNames = [...]string{
@@ -30,6 +31,7 @@ var endNames = [...]string{
 	endReset:        "reset",
 	endShutdown:     "shutdown",
 	endNoTarget:     "no target answered",
+	endClosed:       "closed",
 }
 
 func (e endReason) String() string {

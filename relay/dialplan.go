@@ -40,7 +40,7 @@ type dialPlan struct {
 // DialTimeout, from now.
 func (p *dialPlan) start(rt *route, r *Route, client netip.Addr, now int64) {
 	*p = dialPlan{rt: rt, ts: rt.targets(), client: client}
-	p.left = p.ts.npos
+	p.left = p.ts.tries()
 	if r.DialTimeout > 0 {
 		p.deadline = evloop.After(now, r.DialTimeout)
 	}

@@ -36,6 +36,12 @@ type engine interface {
 	// close releases what the engine holds, after Shutdown saw every
 	// connection end. It may be called more than once.
 	close()
+	// streams describes the engine's streams whose ID is above after,
+	// at now (mono): at least the first limit by ID (all if limit is 0
+	// or less), maybe more.
+	streams(after uint64, limit int, now int64) []StreamInfo
+	// closeStream ends stream id with errAdminClose, if it is in flight.
+	closeStream(id uint64) bool
 }
 
 // loopEngine is an engine that relays from event loops of its own; Stats

@@ -56,6 +56,7 @@ func (e *goroutineEngine) close() {}
 // slot, until done closes.
 func (e *goroutineEngine) serveFront(f *front, c net.Conn, done <-chan struct{}) {
 	p := &pair{e: e, client: c}
+	p.id = e.s.newStreamID()
 	p.start = mono()
 	p.src, p.dst, p.dstKnown = addrPort(c.RemoteAddr()), addrPort(c.LocalAddr()), true
 	t := f.table.Load()
@@ -74,6 +75,7 @@ func (e *goroutineEngine) serveFront(f *front, c net.Conn, done <-chan struct{})
 		return
 	}
 	p.peekSlot = true
+	p.publish()
 	if !e.track(p) {
 		p.release()
 		c.Close()
@@ -102,6 +104,7 @@ func (p *pair) runFront(t *routeTable) {
 		// The route takes over the server slot the hello held; over
 		// the route's limit, the client waits for a slot.
 		if p.waitTake(rt) {
+			p.publish()
 			p.run()
 			return
 		}
@@ -122,6 +125,7 @@ func (e *goroutineEngine) serveConn(p *pair, rt *route, wait bool) {
 		p.client.Close()
 		return
 	}
+	p.publish()
 	if !e.track(p) {
 		p.release()
 		p.client.Close()

@@ -31,6 +31,12 @@ type pair struct {
 	cancel  context.CancelFunc // ends the dial to the target
 	last    atomic.Int64       // mono when a chunk last moved
 	timer   *time.Timer
+
+	// What Streams shows of the pair, which other goroutines read: the
+	// bytes the relay moved each way (added to stream's upN and downN
+	// at its end), and the stream as it was at its last step (publish).
+	upA, downA atomic.Uint64
+	seen       atomic.Pointer[stream]
 }
 
 func addrPort(a net.Addr) netip.AddrPort {
@@ -148,6 +154,7 @@ func (p *pair) dial() (net.Conn, bool) {
 	if err == nil && !aborted { // else nothing is relayed to b
 		p.target = t
 		p.relayTo(b)
+		p.publish()
 	}
 	p.mu.Unlock()
 	if aborted { // Shutdown closed the client while we dialed

@@ -26,9 +26,11 @@ func (p *pair) relay() error {
 		p.mu.Unlock()
 	}
 	done := make(chan struct{})
-	go func() { p.half(p.target, p.client, &rt.st.bytesUp, &p.upN, endClientClosed); close(done) }()
-	p.half(p.client, p.target, &rt.st.bytesDown, &p.downN, endTargetClosed)
+	go func() { p.half(p.target, p.client, &rt.st.bytesUp, &p.upA, endClientClosed); close(done) }()
+	p.half(p.client, p.target, &rt.st.bytesDown, &p.downA, endTargetClosed)
 	<-done
+	p.upN += p.upA.Load()
+	p.downN += p.downA.Load()
 	p.mu.Lock()
 	if p.timer != nil {
 		p.timer.Stop()
@@ -45,11 +47,11 @@ func (p *pair) relay() error {
 // the half-close on while the other direction keeps flowing; on an error
 // it aborts both directions, and the first error is the pair's cause.
 // A failed write to dst is left to the other direction to end (below).
-func (p *pair) half(dst, src net.Conn, count *atomic.Uint64, mine *uint64, eof endReason) {
+func (p *pair) half(dst, src net.Conn, count, mine *atomic.Uint64, eof endReason) {
 	_, err := copyStream(dst, src, func(n int64) {
 		p.last.Store(mono())
 		count.Add(uint64(n))
-		*mine += uint64(n)
+		mine.Add(uint64(n))
 	})
 	if oe, ok := err.(*net.OpError); ok && oe.Op == "write" && p.noteWriteFailed(err) {
 		// dst's peer closed and reset at these bytes (a write fails

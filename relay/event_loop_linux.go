@@ -330,11 +330,13 @@ func (l *loop) newConn() *evConn {
 		c := l.conns[l.free[n-1]]
 		l.free = l.free[:n-1]
 		l.held.Add(1)
+		c.id = l.e.s.newStreamID()
 		return c
 	}
 	c := &evConn{lp: l, idx: int32(len(l.conns)), cfd: -1, tfd: -1}
 	l.conns = append(l.conns, c)
 	l.held.Add(1)
+	c.id = l.e.s.newStreamID()
 	return c
 }
 

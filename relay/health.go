@@ -133,6 +133,10 @@ func (ts *targetSet) checkLoop(ctx context.Context, b *backend) {
 			return
 		case <-t.C:
 		}
+		if b.admin.checksPaused() { // disabled: the health it had stays
+			t.Reset(c.Interval)
+			continue
+		}
 		d := net.Dialer{Timeout: timeout, KeepAlive: -1}
 		conn, err := d.DialContext(ctx, b.network, b.address)
 		select {

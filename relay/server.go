@@ -47,6 +47,8 @@ type Server struct {
 	serveWG  sync.WaitGroup // accept loops and UDP readers
 	disc     discovery      // DNS discovery's client and answers
 
+	streamSeq atomic.Uint64 // the last stream ID (newStreamID)
+
 	// inherited are the sockets Inherit gave, which routes use rather
 	// than bind; Shutdown closes them. Under mu.
 	inherited []*inherited
@@ -398,6 +400,7 @@ func (rt *route) swapTargets(r *Route) *targetSet {
 	rt.load.swapMu.Lock()
 	defer rt.load.swapMu.Unlock()
 	old := rt.load.targets.Load()
+	old.clearAdmin() // what was set at run time lasts until a reload
 	ts := newTargetSet(rt, r, old, nil, rt.srv.disc.current(r))
 	rt.load.targets.Store(ts)
 	old.close()

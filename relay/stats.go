@@ -69,13 +69,16 @@ type TargetStats struct {
 	// for a configured target; Priority is its SRV priority.
 	From     string
 	Priority int
-	Weight   int
+	Weight   int   // in force: the configured one, or one set at run time
 	Up       bool  // not marked down by a failed dial or health checks
 	Active   int64 // connections (UDP sessions) relayed to it now
 	// Draining: the route no longer has the target (a reload or a DNS
 	// answer dropped it), and it takes no new client while its
 	// connections go on; its Weight is 0. Listed until they end.
 	Draining bool
+	// State is what an operator set at run time (Server.SetTargetState):
+	// enabled unless drained or disabled.
+	State TargetState
 
 	Connections, DialErrors uint64
 	BytesUp, BytesDown      uint64
@@ -147,7 +150,7 @@ func (ts *targetSet) stats() []TargetStats {
 	var now int64
 	for i, b := range ts.bs {
 		st := b.stats(&now)
-		st.Weight = ts.weights[i]
+		st.Weight = ts.weight(i)
 		if ts.prio != nil {
 			st.Priority = int(ts.prio[i])
 		}
@@ -166,7 +169,7 @@ func (ts *targetSet) stats() []TargetStats {
 // stats is b's state and counters, but for what its set gives it.
 func (b *backend) stats(now *int64) TargetStats {
 	st := TargetStats{
-		Addr: b.name, Up: !b.isDown(now), Active: b.active.Load(),
+		Addr: b.name, Up: !b.isDown(now), Active: b.active.Load(), State: TargetState(b.admin.state.Load()),
 		Connections: b.conns.Load(), DialErrors: b.dialFails.Load(),
 		BytesUp: b.bytesUp.Load(), BytesDown: b.bytesDown.Load(),
 	}

@@ -28,6 +28,7 @@ import (
 // how it waits (blocking reads under deadlines, or epoll readiness in a
 // loop) and how bytes move. A step added here runs on every engine.
 type stream struct {
+	id    uint64 // Server.newStreamID
 	rt    *route // nil until a route took the client (and its slots)
 	cfg   *Route // rt's settings, or the front's until then
 	front *front // the front of a client whose route its hello chooses

@@ -24,6 +24,8 @@ func (st *stream) endReason(why error) endReason {
 	case nil, errQuiet:
 	case errShutdown:
 		end = endShutdown
+	case errAdminClose:
+		end = endClosed
 	case errIdle:
 		rt.st.idleTimeouts.Add(1)
 		end = endIdle

@@ -146,6 +146,7 @@ type backend struct {
 	loops                  atomic.Bool  // a dial reached the relay itself: never a last resort
 	resolving              atomic.Bool  // a UDP target's host name is being looked up again
 	rise, fall             atomic.Int32 // the checker's counts in a row
+	admin                  targetAdmin  // set at run time (Server.SetTargetState)
 	stateMu                sync.Mutex   // orders up/down transitions and their log lines
 	lastLoggedDown, logged bool
 }
@@ -234,6 +235,9 @@ type targetSet struct {
 	// reload replaces them or the route ends, stopping their active
 	// checks and DNS discovery.
 	life *targetLife
+
+	// reseq is seq for the weights set at run time, if any (reweigh).
+	reseq atomic.Pointer[[]uint16]
 }
 
 // newTargetSet builds r's target set, taking the backends of old (may be
@@ -259,6 +263,7 @@ func newTargetSet(rt *route, r *Route, old *targetSet, life *targetLife, answers
 	}
 	ts.gone = old.dropped(ts)
 	ts.seq = smoothSequence(ts.weights)
+	ts.reweigh()
 	return ts
 }
 
@@ -390,9 +395,10 @@ func (ts *targetSet) skipLaterPriorities(t *triedSet, now *int64) {
 }
 
 // eligible reports whether target i may take a new client: a positive
-// weight, not tried, and up unless anyState.
+// weight, enabled (targetAdmin), not tried, and up unless anyState.
 func (ts *targetSet) eligible(i int, tried *triedSet, anyState bool, now *int64) bool {
-	return ts.weights[i] > 0 && !tried.has(i) && (!ts.bs[i].isDown(now) || anyState && !ts.bs[i].loops.Load())
+	b := ts.bs[i]
+	return ts.weight(i) > 0 && b.admin.takes() && !tried.has(i) && (!b.isDown(now) || anyState && !b.loops.Load())
 }
 
 // String lists the targets, for logs.

@@ -439,7 +439,7 @@ func (s *session) failover(err error) {
 // way keeps, and the route's one target is then another.
 func hasOther(ts *targetSet, b *backend) bool {
 	for i, o := range ts.bs {
-		if o != b && ts.weights[i] > 0 {
+		if o != b && ts.weight(i) > 0 && o.admin.takes() {
 			return true
 		}
 	}
