@@ -178,19 +178,21 @@ type fileConfig = fileOf[yaml.Node]
 // at its line in the file, and aliases (*name) of anchors (&name) set
 // elsewhere in the file resolve.
 type fileOf[R any] struct {
-	MaxConns        integer       `yaml:"max_conns"`
-	Engine          string        `yaml:"engine"`
-	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
-	LogLevel        string        `yaml:"log_level"`
-	LogFormat       string        `yaml:"log_format"`
-	ConnLog         string        `yaml:"conn_log"`
-	Metrics         string        `yaml:"metrics"`
-	PidFile         string        `yaml:"pid_file"`
-	Resolver        string        `yaml:"resolver"`
-	DNSMinTTL       time.Duration `yaml:"dns_min_ttl"`
-	DNSMaxTTL       time.Duration `yaml:"dns_max_ttl"`
-	Defaults        R             `yaml:"defaults"`
-	Routes          []R           `yaml:"routes"`
+	MaxConns         integer       `yaml:"max_conns"`
+	Engine           string        `yaml:"engine"`
+	ShutdownTimeout  time.Duration `yaml:"shutdown_timeout"`
+	LogLevel         string        `yaml:"log_level"`
+	LogFormat        string        `yaml:"log_format"`
+	ConnLog          string        `yaml:"conn_log"`
+	Metrics          string        `yaml:"metrics"`
+	PidFile          string        `yaml:"pid_file"`
+	Resolver         string        `yaml:"resolver"`
+	DNSMinTTL        time.Duration `yaml:"dns_min_ttl"`
+	DNSMaxTTL        time.Duration `yaml:"dns_max_ttl"`
+	Admin            string        `yaml:"admin"`
+	AdminAllowRemote bool          `yaml:"admin_allow_remote"`
+	Defaults         R             `yaml:"defaults"`
+	Routes           []R           `yaml:"routes"`
 }
 
 // loadFile reads a config file. Route settings not given in a route come

@@ -17,6 +17,7 @@ type command struct {
 // (bench.go defines benchCommand) and adds one line here.
 var commands = []command{
 	{"relay", "forward TCP, Unix and UDP traffic (zeroio relay --help)", runRelay},
+	{"ctl", "see and change a running relay through its admin API (zeroio ctl --help)", runCtl},
 	{"bench", "measure zeroio against its peers (zeroio bench --help)", runBench},
 	{"version", "print the version and build information", runVersion},
 }

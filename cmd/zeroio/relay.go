@@ -86,9 +86,10 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 	if err := pid.commit(); err != nil {
 		log.Error("pid file not written", "err", err)
 	}
-	metrics, pprof := serveAux(aux, srv, log)
+	metrics, pprof, admin := serveAux(aux, srv, log)
 	defer metrics.close()
 	defer pprof.close()
+	defer admin.close()
 	notify(log, append(in.mainPID(), sdnotify.Ready, sdnotify.Status("serving"))...)
 	in.serving()
 	up := &upgrader{exe: exe, exeErr: exeErr, srv: srv, log: log, aux: aux}
@@ -100,25 +101,32 @@ func runRelay(args []string, stdout, stderr io.Writer) int {
 			// a word to systemd, which follows the new process.
 			metrics.close()
 			pprof.close()
+			admin.close()
 			shutdown(srv, upgradeSignal, sigs, nil, f.cur.shutdownTimeout, log)
 			return 0
 		}
 		if sig == syscall.SIGHUP {
-			notify(log, sdnotify.Reloading, sdnotify.MonotonicUsec())
-			status := "serving; reloaded"
-			if f.file == "" {
-				status = "serving; SIGHUP ignored: no config file"
-			}
-			if err := f.reload(srv, log); err != nil {
-				status = "serving; reload failed, running config kept: " + err.Error()
-			}
-			notify(log, sdnotify.Ready, sdnotify.Status(status))
+			f.reloadNotified(srv, log)
 			continue
 		}
 		notify(log, sdnotify.Stopping)
 		shutdown(srv, sig, sigs, metrics, f.cur.shutdownTimeout, log)
 		return 0
 	}
+}
+
+// reloadNotified is reload, between RELOADING=1 and READY=1 to the
+// service manager, whose status line then says how the reload went.
+func (f *relayFlags) reloadNotified(srv *relay.Server, log *slog.Logger) {
+	notify(log, sdnotify.Reloading, sdnotify.MonotonicUsec())
+	status := "serving; reloaded"
+	if f.file == "" {
+		status = "serving; SIGHUP ignored: no config file"
+	}
+	if err := f.reload(srv, log); err != nil {
+		status = "serving; reload failed, running config kept: " + err.Error()
+	}
+	notify(log, sdnotify.Ready, sdnotify.Status(status))
 }
 
 // notify tells the service manager, if one listens (NOTIFY_SOCKET), the
@@ -240,6 +248,11 @@ func (f *relayFlags) check(cfg relay.Config, stdout io.Writer, fail func(error) 
 			return fail(err)
 		}
 	}
+	if f.cur.admin != "" {
+		if _, _, err := adminListenAddr(f.cur.admin, f.cur.adminRemote); err != nil {
+			return fail(err)
+		}
+	}
 	for _, r := range cfg.Routes {
 		name := ""
 		if r.Name != "" {
@@ -330,6 +343,9 @@ func (f *relayFlags) reload(srv *relay.Server, log *slog.Logger) error {
 	if err == nil && st.metrics != "" {
 		err = checkMetricsAddr(st.metrics)
 	}
+	if err == nil && st.admin != "" {
+		_, _, err = adminListenAddr(st.admin, st.adminRemote)
+	}
 	if err == nil {
 		// relay.Server.Update keeps the engine the relay started with.
 		err = srv.Update(cfg)
@@ -352,7 +368,11 @@ func (f *relayFlags) reload(srv *relay.Server, log *slog.Logger) error {
 	if st.pidFile != f.cur.pidFile {
 		log.Warn("the pid file changes only at a restart; keeping the running one", "pid_file", f.cur.pidFile, "file", st.pidFile)
 	}
+	if st.admin != f.cur.admin || st.adminRemote != f.cur.adminRemote {
+		log.Warn("the admin address changes only at a restart; keeping the running one", "admin", f.cur.admin, "file", st.admin)
+	}
 	st.engine, st.logFormat, st.metrics, st.pidFile = f.cur.engine, f.cur.logFormat, f.cur.metrics, f.cur.pidFile
+	st.admin, st.adminRemote = f.cur.admin, f.cur.adminRemote
 	f.cur = st
 	log.Info("reloaded", "file", f.file, "routes", len(cfg.Routes))
 	return nil

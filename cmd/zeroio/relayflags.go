@@ -45,6 +45,8 @@ type settings struct {
 	resolver        string
 	dnsMinTTL       time.Duration
 	dnsMaxTTL       time.Duration
+	admin           string
+	adminRemote     bool
 }
 
 // newRelayFlags defines the flags. A route flag left out leaves the
@@ -65,6 +67,8 @@ func newRelayFlags() *relayFlags {
 	fs.StringVar(&o.resolver, "resolver", "", "ask this DNS server (`host:port`, an IP address; port 53 if left out) for the names of srv+tcp, srv+udp and resolve all targets, instead of the servers of /etc/resolv.conf")
 	fs.DurationVar(&o.dnsMinTTL, "dns-min-ttl", relay.DefaultDNSMinTTL, "keep a discovered target's DNS answer at least this long, whatever its TTL (a `duration`)")
 	fs.DurationVar(&o.dnsMaxTTL, "dns-max-ttl", relay.DefaultDNSMaxTTL, "keep a discovered target's DNS answer at most this long, whatever its TTL (a `duration`)")
+	fs.StringVar(&o.admin, "admin", "", "serve the admin API (JSON over HTTP: routes, targets, connections; drain, disable, enable, weight, close) at `addr`: a loopback host:port, e.g. "+defaultAdmin+", or unix:///path; see zeroio ctl")
+	fs.BoolVar(&o.adminRemote, "admin-allow-remote", false, "let --admin listen on an address other than loopback (the admin API has no authentication)")
 	fs.StringVar(&o.engine, "engine", "", "the `engine` that moves stream routes' bytes: event (event loops, no goroutine per connection; Linux) or goroutine (goroutines per connection, every platform); default the platform's best, event on Linux")
 	fs.StringVar(&f.pprofAddr, "pprof", "", "serve Go's runtime profiles (net/http/pprof) at http://`host:port`/debug/pprof/; off by default, keep it on loopback")
 	fs.DurationVar(&o.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout, "on SIGINT/SIGTERM, how long connections may finish")
@@ -119,6 +123,8 @@ func (f *relayFlags) resolve(fc *fileConfig) settings {
 	pick(&s.resolver, f.set["resolver"], fc.Resolver)
 	pick(&s.dnsMinTTL, f.set["dns-min-ttl"], fc.DNSMinTTL)
 	pick(&s.dnsMaxTTL, f.set["dns-max-ttl"], fc.DNSMaxTTL)
+	pick(&s.admin, f.set["admin"], fc.Admin)
+	pick(&s.adminRemote, f.set["admin-allow-remote"], fc.AdminAllowRemote)
 	return s
 }
 

@@ -395,18 +395,31 @@ func (f *relayFlags) listenAux(in *inherited) ([]auxListener, error) {
 		}
 		aux = append(aux, auxListener{a.name, ln})
 	}
+	if f.cur.admin != "" {
+		ln, err := listenAdminAux(in, f.cur.admin, f.cur.adminRemote)
+		if err != nil {
+			for _, a := range aux {
+				a.ln.Close()
+			}
+			return nil, fmt.Errorf("admin: %w", err)
+		}
+		aux = append(aux, auxListener{"admin", ln})
+	}
 	return aux, nil
 }
 
-// serveAux starts the metrics and pprof servers on their listeners.
-func serveAux(aux []auxListener, srv *relay.Server, log *slog.Logger) (m *metricsServer, p *pprofServer) {
+// serveAux starts the metrics, pprof and admin servers on their
+// listeners.
+func serveAux(aux []auxListener, srv *relay.Server, log *slog.Logger) (m *metricsServer, p *pprofServer, adm *adminServer) {
 	for _, a := range aux {
 		switch a.name {
 		case "metrics":
 			m = startMetrics(a.ln, srv, log)
 		case "pprof":
 			p = startPprof(a.ln, log)
+		case "admin":
+			adm = serveAdmin(a.ln, srv, log)
 		}
 	}
-	return m, p
+	return m, p, adm
 }
