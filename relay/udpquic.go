@@ -206,23 +206,24 @@ func (u *udpRoute) forgetIDs(s *session) {
 }
 
 // at, with u.mu held, returns the session at a's address, if a belongs
-// to it. A QUIC client's Initial goes to the connection ID it chose first
-// or, once the target answered (or sent a Retry), to the one the target
-// chose, and both lead to the client's session. An Initial from the same
-// address to an ID that leads elsewhere opens another connection: the
-// client of the session has gone, and the kernel or a NAT gave its port
-// to a new one (an ephemeral port is soon reused: a few hundred clients
-// of one host make a collision likely). That session is stale and ends,
-// so that the new connection is balanced, or routed by its hello, as any
-// new client is, rather than reaching the target of a connection it does
-// not belong to.
+// to it. A QUIC client's Initial packets come from the source ID it chose
+// and go to the ID it chose first or, once the target answered (or sent a
+// Retry), to the one the target chose. An Initial from the same address
+// from another source ID and to an ID that does not lead to the session
+// opens another connection: the client of the session has gone, and the
+// kernel or a NAT gave its port to a new one (an ephemeral port is soon
+// reused: a few hundred clients of one host make a collision likely).
+// That session is stale and ends, so that the new connection is balanced,
+// or routed by its hello, as any new client is, rather than reaching the
+// target of a connection it does not belong to. (Clients that choose
+// empty source IDs cannot be told apart this way, and keep the session.)
 func (u *udpRoute) at(a *arrival) *session {
 	s := u.sessions[a.key()]
 	if s == nil || s.quic == nil || !startsConn(a.payload) {
 		return s
 	}
 	h, err := quichello.ParseLong(a.payload)
-	if err != nil || u.ids.m[connIDOf(h.DstConnID)] == s {
+	if err != nil || connIDOf(h.SrcConnID) == s.quic.clientID || u.ids.m[connIDOf(h.DstConnID)] == s {
 		return s
 	}
 	u.unlink(s)
