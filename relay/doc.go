@@ -141,7 +141,15 @@
 // no client; if any route cannot start, nothing changes. [Server.Shutdown] stops accepting, lets
 // relays in flight finish until its context ends, then closes them.
 // [Server.Stats] returns plain counters that cmd/zeroio exports to
-// Prometheus. The package starts no goroutine beyond serving: with the
+// Prometheus.
+//
+// [Server.Inherit], before Start, gives the Server sockets to use
+// instead of binding (systemd's socket activation): each route takes
+// those named after it or bound to its address, and Start refuses any
+// that no route takes. At run time, [Server.SetTargetState] drains or
+// disables a target and [Server.SetTargetWeight] reweighs it until the
+// next Update; [Server.Streams] lists the stream connections in flight,
+// a page at a time, and [Server.CloseStream] closes one. The package starts no goroutine beyond serving: with the
 // event engine, one per event loop and one per listener (which waits
 // while the loops accept); with the goroutine engine, one per listener
 // and one or two per relayed connection.
