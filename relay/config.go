@@ -117,6 +117,26 @@ type Route struct {
 	// its ClientHello) waits for a slot. A client over MaxConnsPerClient
 	// is accepted and closed at once.
 	MaxConns, MaxConnsPerClient int
+	// ConnRatePerClient limits how fast one client IP address may open
+	// new connections (on a UDP route, sessions): a token bucket holding
+	// one period's worth (10/s lets a burst of 10 through, then one every
+	// 100 ms). A connection over it is closed at once, before a target is
+	// dialled; a UDP datagram that would start a session over it is
+	// dropped. The zero value is no limit.
+	ConnRatePerClient ConnRate
+	// UploadRate and DownloadRate limit each connection's bytes per
+	// second client to target and target to client (on a UDP route, each
+	// session's datagrams, paced through a small queue and dropped
+	// beyond it); ClientUploadRate and ClientDownloadRate limit the bytes
+	// of all of one client IP address's connections together (stream
+	// routes only). A paced connection moves its bytes in chunks, by
+	// splice(2) where the relay splices, and waits between them; a wait
+	// is not idleness for IdleTimeout. 0 is no limit.
+	UploadRate, DownloadRate             ByteRate
+	ClientUploadRate, ClientDownloadRate ByteRate
+	// MaxDuration closes a connection (ends a UDP session) this long
+	// after it was accepted, whatever its traffic; 0 or [Never] is never.
+	MaxDuration time.Duration
 	// Allow and Deny are the access lists for client addresses: a match in
 	// Deny refuses; if Allow is not empty, only matches are admitted.
 	// Clients without an IP address (Unix sockets) are admitted only when
@@ -211,6 +231,10 @@ type Config struct {
 	// answer is kept before it is asked again, whatever its TTL; 0 is
 	// [DefaultDNSMinTTL] and [DefaultDNSMaxTTL].
 	DNSMinTTL, DNSMaxTTL time.Duration
+
+	// noSplice, for tests, has the engines move bytes through buffers
+	// only, never by splice(2).
+	noSplice bool
 }
 
 // withDefaults returns r with zero fields filled in.
@@ -240,6 +264,9 @@ func (r Route) withDefaults() Route {
 		r.IdleTimeout = DefaultIdleTimeout
 	case Never:
 		r.IdleTimeout = 0
+	}
+	if r.MaxDuration == Never {
+		r.MaxDuration = 0
 	}
 	if r.ProxyHeaderTimeout == 0 {
 		r.ProxyHeaderTimeout = DefaultProxyHeaderTimeout
@@ -291,6 +318,7 @@ func (r *Route) validate() error {
 			bad("%s cannot be never", d.name)
 		}
 	}
+	r.validateLimits(bad)
 	if err := checkSNI(r); err != nil {
 		bad("%v", err)
 	}

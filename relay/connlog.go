@@ -22,6 +22,7 @@ const (
 	endShutdown                          // Shutdown's deadline or Close
 	endNoTarget                          // no target answered the dial
 	endClosed                            // Server.CloseStream
+	endMaxDuration                       // open for MaxDuration
 )
 
 var endNames = [...]string{
@@ -32,6 +33,7 @@ var endNames = [...]string{
 	endShutdown:     "shutdown",
 	endNoTarget:     "no target answered",
 	endClosed:       "closed",
+	endMaxDuration:  "max duration",
 }
 
 func (e endReason) String() string {

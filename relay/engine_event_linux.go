@@ -49,6 +49,9 @@ type eventEngine struct {
 // for accepts, dials, health checks, metrics or reloads.
 func (e *eventEngine) pipeMax() int64 {
 	b := e.s.fdBudget.Load()
+	if e.s.noSplice {
+		return 0
+	}
 	if b <= 0 {
 		return -1
 	}

@@ -37,6 +37,11 @@ type pair struct {
 	// at its end), and the stream as it was at its last step (publish).
 	upA, downA atomic.Uint64
 	seen       atomic.Pointer[stream]
+	// For paced directions (pacedCopy): stop is closed by abort to end
+	// their waits, and waiting counts the directions waiting for their
+	// rate: the pair is not idle meanwhile.
+	stop    chan struct{}
+	waiting atomic.Int32
 }
 
 func addrPort(a net.Addr) netip.AddrPort {

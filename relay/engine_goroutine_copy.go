@@ -3,6 +3,7 @@ package relay
 import (
 	"errors"
 	"io"
+	"math"
 	"net"
 	"sync/atomic"
 	"syscall"
@@ -19,15 +20,20 @@ import (
 // sides closed.
 func (p *pair) relay() error {
 	rt := p.rt
-	p.last.Store(mono())
-	if idle := p.cfg.IdleTimeout; idle > 0 {
+	now := mono()
+	p.last.Store(now)
+	p.startPacing(now)
+	if p.pace.on != [2]bool{} {
+		p.stop = make(chan struct{})
+	}
+	if left := p.timerLeft(now); left != math.MaxInt64 {
 		p.mu.Lock()
-		p.timer = time.AfterFunc(idle, p.checkIdle)
+		p.timer = time.AfterFunc(time.Duration(left), p.checkTimer)
 		p.mu.Unlock()
 	}
 	done := make(chan struct{})
-	go func() { p.half(p.target, p.client, &rt.st.bytesUp, &p.upA, endClientClosed); close(done) }()
-	p.half(p.client, p.target, &rt.st.bytesDown, &p.downA, endTargetClosed)
+	go func() { p.half(p.target, p.client, dirUp, &rt.st.bytesUp, &p.upA, endClientClosed); close(done) }()
+	p.half(p.client, p.target, dirDown, &rt.st.bytesDown, &p.downA, endTargetClosed)
 	<-done
 	p.upN += p.upA.Load()
 	p.downN += p.downA.Load()
@@ -47,12 +53,22 @@ func (p *pair) relay() error {
 // the half-close on while the other direction keeps flowing; on an error
 // it aborts both directions, and the first error is the pair's cause.
 // A failed write to dst is left to the other direction to end (below).
-func (p *pair) half(dst, src net.Conn, count, mine *atomic.Uint64, eof endReason) {
-	_, err := copyStream(dst, src, func(n int64) {
+func (p *pair) half(dst, src net.Conn, d int, count, mine *atomic.Uint64, eof endReason) {
+	progress := func(n int64) {
 		p.last.Store(mono())
 		count.Add(uint64(n))
 		mine.Add(uint64(n))
-	})
+	}
+	var err error
+	w, r := io.Writer(dst), io.Reader(src)
+	if p.rt.srv.noSplice { // hide the sockets from package splice
+		w, r = struct{ io.Writer }{dst}, struct{ io.Reader }{src}
+	}
+	if p.pace.on[d] {
+		err = p.pacedCopy(w, r, d, progress)
+	} else {
+		_, err = copyStream(w, r, progress)
+	}
 	if oe, ok := err.(*net.OpError); ok && oe.Op == "write" && p.noteWriteFailed(err) {
 		// dst's peer closed and reset at these bytes (a write fails
 		// only on a connection that is over). What it sent before, a
@@ -107,6 +123,9 @@ func (p *pair) abort(why error) {
 	if p.why == nil { // else a failed write came first
 		p.why = why
 	}
+	if p.stop != nil {
+		close(p.stop)
+	}
 	t, cancel := p.target, p.cancel
 	p.mu.Unlock()
 	if cancel != nil {
@@ -125,10 +144,35 @@ func (p *pair) isAborted() bool {
 	return p.aborted
 }
 
-// checkIdle runs on the idle timer: it aborts the pair if nothing moved for
-// IdleTimeout, or re-arms for the time left.
-func (p *pair) checkIdle() {
-	left := idleLeft(p.cfg.IdleTimeout, p.last.Load(), mono())
+// timerLeft is how long from now until the pair's timer is due: its
+// MaxDuration, or its idle timeout, counted from the last chunk moved
+// (or from now while a direction waits for its rate); 0 or less once
+// one is over, and math.MaxInt64 with neither.
+func (p *pair) timerLeft(now int64) int64 {
+	left := int64(math.MaxInt64)
+	if idle := p.cfg.IdleTimeout; idle > 0 {
+		last := p.last.Load()
+		if p.waiting.Load() > 0 {
+			last = now
+		}
+		left = idleLeft(idle, last, now)
+	}
+	if end := p.pace.end; end != 0 {
+		left = min(left, end-now)
+	}
+	return left
+}
+
+// checkTimer runs on the pair's timer: it aborts the pair at its
+// MaxDuration or when nothing moved for IdleTimeout, or re-arms for the
+// time left.
+func (p *pair) checkTimer() {
+	now := mono()
+	if end := p.pace.end; end != 0 && now >= end {
+		p.abort(errMaxDuration)
+		return
+	}
+	left := p.timerLeft(now)
 	if left <= 0 {
 		p.abort(errIdle)
 		return

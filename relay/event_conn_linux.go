@@ -355,8 +355,8 @@ func (c *evConn) failed(target bool) {
 	}
 }
 
-// expired runs when c's timer fires: the PROXY header, the dial or the
-// idle timeout.
+// expired runs when c's timer fires: the PROXY header, the dial, or
+// relaying (relayTimer).
 func (c *evConn) expired() {
 	l := c.lp
 	switch c.state {
@@ -373,12 +373,7 @@ func (c *evConn) expired() {
 		}
 		c.connectTo(c.sa)
 	case stRelay:
-		idle := c.cfg.IdleTimeout
-		if idleLeft(idle, c.last, l.now) > 0 {
-			l.wheel.arm(c, evloop.After(c.last, idle), l.now)
-			return
-		}
-		c.finish(errIdle)
+		c.relayTimer()
 	}
 }
 

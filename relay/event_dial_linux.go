@@ -1,7 +1,6 @@
 package relay
 
 import (
-	"github.com/zeroio/zeroio/internal/evloop"
 	"github.com/zeroio/zeroio/internal/nbsys"
 	"github.com/zeroio/zeroio/internal/sockaddr"
 	"golang.org/x/sys/unix"
@@ -170,11 +169,8 @@ func (c *evConn) connected() {
 	c.relayTo(c.plan.connected())
 	c.state = stRelay
 	c.last = l.now
-	if idle := c.cfg.IdleTimeout; idle > 0 {
-		l.wheel.arm(c, evloop.After(l.now, idle), l.now)
-	} else {
-		l.wheel.disarm(c)
-	}
+	c.startPacing(l.now)
+	c.armRelay()
 	if c.cfg.SendProxy != 0 {
 		c.queueProxyHeader()
 	}

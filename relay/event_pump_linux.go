@@ -37,17 +37,20 @@ type flow struct {
 	srcHup     bool           // the source's FIN (or reset) has been reported
 	count      *atomic.Uint64 // the route's byte counter
 	mine       *uint64        // the connection's
+	dir        int            // dirUp or dirDown, for pacing
+	paced      bool           // the direction has a rate (stream.pace)
+	most       int            // the most one fill step reads: pipeSize, or what the rate lets through
 }
 
 // upFlow and downFlow are c's directions: client to target, and back.
 func (c *evConn) upFlow() flow {
 	return flow{d: &c.up, other: &c.down, src: c.cfd, dst: c.tfd, srcR: &c.cR, dstW: &c.tW,
-		srcHup: c.cHup, count: &c.rt.st.bytesUp, mine: &c.upN}
+		srcHup: c.cHup, count: &c.rt.st.bytesUp, mine: &c.upN, dir: dirUp, paced: c.pace.on[dirUp], most: pipeSize}
 }
 
 func (c *evConn) downFlow() flow {
 	return flow{d: &c.down, other: &c.up, src: c.tfd, dst: c.cfd, srcR: &c.tR, dstW: &c.cW,
-		srcHup: c.tHup, count: &c.rt.st.bytesDown, mine: &c.downN}
+		srcHup: c.tHup, count: &c.rt.st.bytesDown, mine: &c.downN, dir: dirDown, paced: c.pace.on[dirDown], most: pipeSize}
 }
 
 // pumpAll moves bytes both ways until every move would block, and ends
@@ -101,6 +104,8 @@ func (c *evConn) pump(f *flow) unix.Errno {
 			return f.passEnd()
 		case !*f.srcR:
 			return 0
+		case f.paced:
+			more, e = c.pacedIn(f)
 		case d.spliced:
 			more, e = c.pipeIn(f)
 		default:
@@ -224,7 +229,7 @@ func (c *evConn) pipeIn(f *flow) (more bool, _ unix.Errno) {
 		}
 		d.pipe, d.hasPipe = p, true
 	}
-	n, e := nbsys.Splice(f.src, d.pipe.W, pipeSize, spliceFlags)
+	n, e := nbsys.Splice(f.src, d.pipe.W, f.most, spliceFlags)
 	if e == unix.EAGAIN || e == 0 && n == 0 {
 		l.pipes.Put(d.pipe, 0)
 		d.hasPipe = false
@@ -248,7 +253,8 @@ func (c *evConn) bufIn(f *flow) (more bool, _ unix.Errno) {
 	if d.buf == nil {
 		d.buf = l.getBuf()
 	}
-	n, e := nbsys.Read(f.src, d.buf)
+	lim := min(len(d.buf), f.most)
+	n, e := nbsys.Read(f.src, d.buf[:lim])
 	if e == unix.EAGAIN || e == 0 && n == 0 {
 		l.putBuf(d.buf)
 		d.buf = nil
@@ -261,7 +267,7 @@ func (c *evConn) bufIn(f *flow) (more bool, _ unix.Errno) {
 		return true, 0
 	}
 	d.off, d.end = 0, n
-	if n == len(d.buf) {
+	if n == lim {
 		if d.full++; d.full >= bulkReads {
 			d.spliced = true
 		}

@@ -58,6 +58,8 @@ func (r *Route) kindOnly() []string {
 		add(r.Nagle, "nagle")
 		add(r.ProxyHeaderTimeout != 0, "proxy_header_timeout")
 		add(r.PeekTimeout != 0, "peek_timeout")
+		add(r.ClientUploadRate != 0, "client_upload_rate")
+		add(r.ClientDownloadRate != 0, "client_download_rate")
 	} else {
 		add(r.SessionTimeout != 0, "session_timeout")
 		add(r.MaxSessions != 0, "max_sessions")

@@ -46,6 +46,7 @@ type Server struct {
 	connWG   sync.WaitGroup // one per relayed or pending stream connection
 	serveWG  sync.WaitGroup // accept loops and UDP readers
 	disc     discovery      // DNS discovery's client and answers
+	noSplice bool           // Config.noSplice
 
 	streamSeq atomic.Uint64 // the last stream ID (newStreamID)
 
@@ -70,6 +71,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{log: cfg.Logger, cfg: cfg, routes: map[string]*route{}, fronts: map[string]*front{}, udpFronts: map[string]*udpFront{}, stopping: make(chan struct{})}
 	s.disc.configure(&cfg)
 	s.setConnLog(cfg)
+	s.noSplice = cfg.noSplice
 	s.eng = newEngine(s, cfg.Engine)
 	s.ports.Store(new([]netip.AddrPort))
 	s.udpPorts.Store(new([]netip.AddrPort))
@@ -330,6 +332,7 @@ type route struct {
 	*load
 	pauseLog pauseLog
 	proxyLog pauseLog // bad PROXY headers (Server.badProxy)
+	rateLog  pauseLog // clients over ConnRatePerClient (withinRate)
 }
 
 // load is what a route's limits count, and its counters. A rebind replaces
@@ -341,6 +344,9 @@ type load struct {
 	parked   atomic.Int64 // clients accepted and waiting for a slot of the route (evConn.park)
 	clientMu sync.Mutex
 	clients  map[netip.Addr]int
+	// rateClients is the table of per-client rates, made when a
+	// route first needs it (clientTable).
+	rateClients atomic.Pointer[clientTable]
 
 	st counters
 	// targets is the route's target set, carried over a rebind with the

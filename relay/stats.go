@@ -19,6 +19,7 @@ type counters struct {
 	udpPacketsUp, udpPacketsDown                 atomic.Uint64
 	udpDropLimit, udpDropWrite, udpDropTruncated atomic.Uint64
 	udpMoved, udpStale                           atomic.Uint64
+	rateCounters
 }
 
 // RouteStats is a snapshot of one route's counters. Up is client to
@@ -43,6 +44,18 @@ type RouteStats struct {
 	// slots free.
 	Paused       time.Duration
 	AcceptPaused bool
+
+	// The rate limits: stream clients closed over ConnRatePerClient,
+	// UDP datagrams dropped that would have started a session over it,
+	// bytes moved by directions with a byte rate and the time they
+	// waited for it, streams (UDP: sessions) ended at MaxDuration, and
+	// UDP datagrams dropped beyond a paced session's queue.
+	RateLimited      uint64
+	DropsSessionRate uint64
+	PacedBytes       uint64
+	PacedTime        time.Duration
+	MaxDurationEnds  uint64
+	DropsPaced       uint64
 
 	// UDP.
 	Sessions, SessionsTotal int64
@@ -130,6 +143,9 @@ func (s *Server) Stats() Stats {
 			DropsSessionLimit: c.udpDropLimit.Load(), DropsWriteError: c.udpDropWrite.Load(),
 			DropsTruncated: c.udpDropTruncated.Load(), SessionsMoved: c.udpMoved.Load(),
 			SessionsStale: c.udpStale.Load(),
+			RateLimited:   c.rateLimited.Load(), PacedBytes: c.pacedBytes.Load(),
+			PacedTime: time.Duration(c.pacedNanos.Load()), MaxDurationEnds: c.maxDurations.Load(),
+			DropsPaced: c.pacedDrops.Load(), DropsSessionRate: c.udpRateLimited.Load(),
 		})
 	}
 	slices.SortFunc(st.Routes, func(a, b RouteStats) int { return strings.Compare(a.Name, b.Name) })

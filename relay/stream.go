@@ -48,6 +48,7 @@ type stream struct {
 	upN, downN uint64    // bytes each way, for the target's counters and the log
 	endFirst   endReason // which side's EOF came first
 	endWhy     endReason // set when the end is known before the relay: no target, a reset
+	pace       pacing    // rate limits and MaxDuration, once relaying
 }
 
 // trustsPeer reports whether r takes a PROXY header from peer: any
@@ -139,7 +140,7 @@ func (st *stream) take(rt *route) bool {
 	return ok
 }
 
-// admitClient applies the route's access lists and per-client limit to
+// admitClient applies the route's access lists, per-client rate and limit to
 // the client (as its PROXY header gives it, if any). On false, counted,
 // the caller closes the client.
 func (st *stream) admitClient() bool {
@@ -148,6 +149,9 @@ func (st *stream) admitClient() bool {
 	if !allowed(r.Allow, r.Deny, ip) {
 		rt.st.denied.Add(1)
 		st.debug("client denied")
+		return false
+	}
+	if !rt.withinRate(r, ip, st.src) {
 		return false
 	}
 	ok, took := rt.takeClient(r, ip)

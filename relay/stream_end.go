@@ -30,6 +30,10 @@ func (st *stream) endReason(why error) endReason {
 		rt.st.idleTimeouts.Add(1)
 		end = endIdle
 		st.debug("idle timeout")
+	case errMaxDuration:
+		rt.st.maxDurations.Add(1)
+		end = endMaxDuration
+		st.debug("max duration")
 	default:
 		rt.st.errCopy.Add(1)
 		end = endReset
@@ -54,6 +58,7 @@ func (st *stream) end(why error, now int64) {
 	if rt == nil { // turned away before a route took it
 		return
 	}
+	st.stopPacing()
 	end := st.endReason(why)
 	switch {
 	case st.relaying:

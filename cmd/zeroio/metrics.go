@@ -82,6 +82,9 @@ var (
 	mDrops    = desc("udp_drops_total", "UDP datagrams dropped, by reason.", "reason")
 	mMoved    = desc("udp_sessions_moved_total", "UDP sessions that followed their QUIC connection ID to a new client address.")
 	mStale    = desc("udp_sessions_stale_total", "UDP sessions ended because a new QUIC connection came from their client's address.")
+	mMaxDur   = desc("max_duration_total", "Stream connections closed, and UDP sessions ended, at max_duration.")
+	mPacedB   = desc("paced_bytes_total", "Bytes moved by connections (UDP: sessions) with an upload or download rate.")
+	mPacedT   = desc("paced_seconds_total", "Time paced directions of connections waited for their rate, summed over directions.")
 
 	// A listen address shared by routes turns some clients away before
 	// any route is chosen: those carry the address, not a route.
@@ -120,6 +123,7 @@ type relayCollector struct{ s *relay.Server }
 
 func (c relayCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{mActive, mAccepted, mRelayed, mRejected, mBytes, mErrors, mSessions, mSessTot, mPackets, mDrops, mMoved, mStale,
+		mMaxDur, mPacedB, mPacedT,
 		mPaused, mPausedNow, mTargetUp, mTargetWeight, mTargetActive, mTargetConns, mTargetFails, mTargetBytes, mHelloRejected, mUDPUnrouted, mUDPUnroutedDrops, mUDPHeld, mLoopConns} {
 		ch <- d
 	}
@@ -158,6 +162,7 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(mRelayed, r.Relayed, n)
 		counter(mRejected, r.Denied, n, "acl")
 		counter(mRejected, r.OverLimit, n, "limit")
+		counter(mRejected, r.RateLimited, n, "rate")
 		counter(mBytes, r.BytesUp, n, "up")
 		counter(mBytes, r.BytesDown, n, "down")
 		counter(mErrors, r.AcceptErrors, n, "accept")
@@ -174,6 +179,11 @@ func (c relayCollector) Collect(ch chan<- prometheus.Metric) {
 		counter(mDrops, r.DropsTruncated, n, "truncated")
 		counter(mMoved, r.SessionsMoved, n)
 		counter(mStale, r.SessionsStale, n)
+		counter(mDrops, r.DropsSessionRate, n, "session_rate")
+		counter(mDrops, r.DropsPaced, n, "paced")
+		counter(mMaxDur, r.MaxDurationEnds, n)
+		counter(mPacedB, r.PacedBytes, n)
+		ch <- prometheus.MustNewConstMetric(mPacedT, prometheus.CounterValue, r.PacedTime.Seconds(), n)
 		ch <- prometheus.MustNewConstMetric(mPaused, prometheus.CounterValue, r.Paused.Seconds(), n)
 		paused := int64(0)
 		if r.AcceptPaused {

@@ -59,6 +59,21 @@ var routeSettings = []setting{
 		intFlag("max-conns-route", "limit of concurrent streams per route (`N`; 0: none)")),
 	opt("max_conns_per_client", intTo(func(r *relay.Route) *int { return &r.MaxConnsPerClient }),
 		intFlag("max-conns-per-client", "limit of concurrent streams per client IP (`N`; 0: none)")),
+	opt("conn_rate_per_client", func(v string, r *relay.Route) error {
+		rate, err := relay.ParseConnRate(v)
+		r.ConnRatePerClient = rate
+		return err
+	}, stringFlag("conn-rate-per-client", "limit of new connections (UDP: sessions) per client IP: a `rate` such as 10/s or 600/m; over it a client is closed before any dial (default none)")),
+	opt("upload_rate", byteRateTo(func(r *relay.Route) *relay.ByteRate { return &r.UploadRate }),
+		stringFlag("upload-rate", "bytes per second client to target, per connection (UDP: per session): a `rate` such as 2MiB/s or 500KB/s (default none)")),
+	opt("download_rate", byteRateTo(func(r *relay.Route) *relay.ByteRate { return &r.DownloadRate }),
+		stringFlag("download-rate", "bytes per second target to client, per connection (UDP: per session): a `rate` such as 2MiB/s or 500KB/s (default none)")),
+	opt("client_upload_rate", byteRateTo(func(r *relay.Route) *relay.ByteRate { return &r.ClientUploadRate }),
+		stringFlag("client-upload-rate", "bytes per second client to target, shared by one client IP's streams: a `rate` such as 10MiB/s (default none)")),
+	opt("client_download_rate", byteRateTo(func(r *relay.Route) *relay.ByteRate { return &r.ClientDownloadRate }),
+		stringFlag("client-download-rate", "bytes per second target to client, shared by one client IP's streams: a `rate` such as 10MiB/s (default none)")),
+	opt("max_duration", durationTo(func(r *relay.Route) *time.Duration { return &r.MaxDuration }),
+		durationFlag("max-duration", "close a stream (UDP: end a session) this long after it was accepted, whatever its traffic: a `duration`, or never (the default)")),
 	opt("allow", cidrsTo("allow", func(r *relay.Route) *[]netip.Prefix { return &r.Allow }),
 		listFlag("allow", "admit only clients in this `CIDR` (repeat or comma-separate)")),
 	opt("deny", cidrsTo("deny", func(r *relay.Route) *[]netip.Prefix { return &r.Deny }),
@@ -159,6 +174,15 @@ func durationTo(field func(*relay.Route) *time.Duration) func(duration, *relay.R
 
 func intTo(field func(*relay.Route) *int) func(integer, *relay.Route) error {
 	return func(v integer, r *relay.Route) error { *field(r) = int(v); return nil }
+}
+
+// byteRateTo maps a byte rate ("2MiB/s") onto a field.
+func byteRateTo(field func(*relay.Route) *relay.ByteRate) func(string, *relay.Route) error {
+	return func(v string, r *relay.Route) error {
+		rate, err := relay.ParseByteRate(v)
+		*field(r) = rate
+		return err
+	}
 }
 
 // cidrsTo maps a list of CIDRs (or bare addresses) onto a field.
