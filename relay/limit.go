@@ -30,10 +30,11 @@ func gcraTake(tat *int64, now, cost, burst int64) bool {
 // direction that finds it short waits until it holds paceQuantum
 // (or, at low rates, half the bucket), so that each wake-up moves a
 // chunk worth its system calls.
-const (
-	paceWindow  = int64(100e6) // 100 ms
-	paceQuantum = 64 << 10
-)
+const paceQuantum = 64 << 10
+
+// paceWindow is 100 ms; a variable, not a constant, so that a test can
+// make the waits long.
+var paceWindow = int64(100e6)
 
 // byteCost is what n bytes cost at rate, in nanoseconds.
 func byteCost(n int, rate ByteRate) int64 { return int64(n) * 1e9 / int64(rate) }
@@ -303,24 +304,27 @@ func (t *clientTable) charge(c *clientSlot, d int, cost, now int64) {
 	c.set.mu.Unlock()
 }
 
-// withinRate takes a new connection (UDP: session) of ip, from client,
-// under r's ConnRatePerClient, and reports whether it is within it; if
-// not, it counts and logs it, as pauseLog paces the lines: a client
-// over its rate connects often, and must not write a line each time.
-// A client without an IP address (a Unix socket's) is not limited.
-func (rt *route) withinRate(r *Route, ip netip.Addr, client netip.AddrPort) bool {
+// withinRate takes a new connection (UDP: session) of client under r's
+// ConnRatePerClient, and reports whether it is within it; if not, it
+// adds n to c and logs it, as pauseLog paces the lines: a client over
+// its rate connects often, and must not write a line each time. A
+// client without an IP address (a Unix socket's) is not limited.
+func (rt *route) withinRate(r *Route, client netip.AddrPort, c *atomic.Uint64, n uint64) bool {
+	ip := client.Addr()
 	if r.ConnRatePerClient.N == 0 || !ip.IsValid() {
 		return true
 	}
 	if rt.clientTable().takeConn(ip, r.ConnRatePerClient, mono()) {
 		return true
 	}
-	rt.st.rateLimited.Add(1)
-	switch begins, n := rt.rateLog.note(); {
+	c.Add(n)
+	switch begins, k := rt.rateLog.note(); {
+	case begins && r.Listen.Datagram():
+		rt.srv.log.Warn("UDP client over its session rate; its datagrams are dropped", "route", rt.name, "client", client, "rate", r.ConnRatePerClient.String())
 	case begins:
 		rt.srv.log.Warn("client over its connection rate; closed", "route", rt.name, "client", client, "rate", r.ConnRatePerClient.String())
-	case n > 0:
-		rt.srv.log.Warn("clients still over their connection rate", "route", rt.name, "closed", n)
+	case k > 0:
+		rt.srv.log.Warn("clients still over their connection rate", "route", rt.name, "refused", k)
 	}
 	return false
 }

@@ -128,43 +128,49 @@ func testDownloadRate(t *testing.T) {
 }
 
 // An upload is paced too, and a paced connection's waits are not idle
-// time: the idle timeout is far shorter than a wait.
-func TestUploadRateNotIdle(t *testing.T) { forEachEngine(t, testUploadRateNotIdle) }
-
-func testUploadRateNotIdle(t *testing.T) {
-	t.Parallel()
-	splices(t, func(t *testing.T, noSplice bool) {
-		const size = 1 << 20
-		var got atomic.Int64
-		be := startBackend(t, "tcp4", func(c net.Conn) {
-			n, _ := io.Copy(io.Discard, c)
-			got.Store(n)
-			c.Write([]byte("done"))
-		})
-		cfg := route0("127.0.0.1:0", be.addr, func(r *Route) {
-			r.UploadRate = 1 << 20
-			r.IdleTimeout = 20 * time.Millisecond
-		})
-		cfg.noSplice = noSplice
-		s := startRelay(t, cfg)
-		c := dialRoute(t, s, "r")
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(20 * time.Second))
-		start := time.Now()
-		if _, err := c.Write(make([]byte, size)); err != nil {
-			t.Fatal(err)
-		}
-		closeWrite(c)
-		if b, err := io.ReadAll(c); err != nil || string(b) != "done" {
-			t.Fatalf("after the upload: %q, %v (the target read %d bytes; %+v)", b, err, got.Load(), s.Stats().Routes[0])
-		}
-		if took := time.Since(start); took < 700*time.Millisecond || got.Load() != size {
-			t.Fatalf("%d bytes uploaded at 1MiB/s in %v", got.Load(), took)
-		}
-		if st := s.Stats().Routes[0]; st.IdleTimeouts != 0 {
-			t.Fatalf("%d idle timeouts while paced", st.IdleTimeouts)
+// time: with the bucket stretched to a second, each wait is half a
+// second, far longer than the idle timeout.
+func TestUploadRateNotIdle(t *testing.T) {
+	defer func(w int64) { paceWindow = w }(paceWindow)
+	paceWindow = int64(time.Second)
+	forEachEngine(t, func(t *testing.T) {
+		for _, mode := range []string{"splice", "copy"} {
+			t.Run(mode, func(t *testing.T) { testUploadRateNotIdle(t, mode == "copy") })
 		}
 	})
+}
+
+func testUploadRateNotIdle(t *testing.T, noSplice bool) {
+	const size = 256 << 10 // a bucket's worth at once, then two waits
+	var got atomic.Int64
+	be := startBackend(t, "tcp4", func(c net.Conn) {
+		n, _ := io.Copy(io.Discard, c)
+		got.Store(n)
+		c.Write([]byte("done"))
+	})
+	cfg := route0("127.0.0.1:0", be.addr, func(r *Route) {
+		r.UploadRate = 128 << 10
+		r.IdleTimeout = 150 * time.Millisecond
+	})
+	cfg.noSplice = noSplice
+	s := startRelay(t, cfg)
+	c := dialRoute(t, s, "r")
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	start := time.Now()
+	if _, err := c.Write(make([]byte, size)); err != nil {
+		t.Fatal(err)
+	}
+	closeWrite(c)
+	if b, err := io.ReadAll(c); err != nil || string(b) != "done" {
+		t.Fatalf("after the upload: %q, %v (the target read %d bytes; %+v)", b, err, got.Load(), s.Stats().Routes[0])
+	}
+	if took := time.Since(start); took < 800*time.Millisecond || got.Load() != size {
+		t.Fatalf("%d bytes uploaded at 128KiB/s in %v", got.Load(), took)
+	}
+	if st := s.Stats().Routes[0]; st.IdleTimeouts != 0 || st.PacedTime < 800*time.Millisecond {
+		t.Fatalf("%d idle timeouts, %v paced", st.IdleTimeouts, st.PacedTime)
+	}
 }
 
 // Two connections of one client share its client rate.

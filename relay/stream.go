@@ -151,7 +151,7 @@ func (st *stream) admitClient() bool {
 		st.debug("client denied")
 		return false
 	}
-	if !rt.withinRate(r, ip, st.src) {
+	if !rt.withinRate(r, st.src, &rt.st.rateLimited, 1) {
 		return false
 	}
 	ok, took := rt.takeClient(r, ip)

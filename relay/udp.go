@@ -362,6 +362,11 @@ func (sc *readScratch) prefix(hdr []byte) {
 // the target.
 func (u *udpRoute) forward(r *Route, s *session, msgs []udp.Message) {
 	st := &u.rt.st
+	if s.paced(dirUp) {
+		if msgs = s.pace(dirUp, msgs); len(msgs) == 0 {
+			return
+		}
+	}
 	sent, err := s.up.WriteAll(msgs)
 	if icmpError(err) {
 		// An earlier datagram drew an ICMP error (port unreachable,

@@ -49,6 +49,7 @@ type session struct {
 	reply replyState   // the Linux read callback's state; session goroutine only
 	last  atomic.Int64 // unix nanoseconds of the last datagram either way
 	quic  *quicSession // nil unless the client opened with a QUIC Initial
+	limit *udpPace     // nil unless the route has a rate or a MaxDuration
 }
 
 // session returns the client's session, marked used at now, creating it if
@@ -75,6 +76,9 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, a *arrival, now int64, n uint
 		st.denied.Add(n)
 		return nil
 	}
+	if !u.rt.withinRate(r, client, &st.udpRateLimited, n) {
+		return nil
+	}
 	ts := u.rt.targets()
 	pinned, cid := serverFor(r.QUICLB, ts, a.payload)
 	b, up, rc := u.upstream(r, ts, pinned, client, now, n)
@@ -86,7 +90,7 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, a *arrival, now int64, n uint
 	u.mu.Lock()
 	other, drop := u.lookup(a, r, now)
 	if other == nil && drop == nil {
-		s = &session{u: u, b: b, up: up, rc: rc}
+		s = &session{u: u, b: b, up: up, rc: rc, limit: newUDPPace(r, now)}
 		p := a.peer
 		if r.SendProxy == 2 {
 			p.proxy = proxyproto.AppendV2(nil, proxyproto.Datagram, client, dest(ln, &a.peer))
@@ -116,6 +120,10 @@ func (u *udpRoute) session(r *Route, ln *udp.Conn, a *arrival, now int64, n uint
 	u.rt.srv.log.Debug("UDP session", "route", u.rt.name, "client", client)
 	u.rt.srv.serveWG.Add(1)
 	go s.run(r.SessionTimeout)
+	if s.limit != nil && s.limit.q != nil {
+		u.rt.srv.serveWG.Add(1)
+		go s.sendQueued()
+	}
 	return s
 }
 
@@ -272,6 +280,9 @@ func (s *session) run(timeout time.Duration) {
 		u.unlink(s)
 		u.mu.Unlock()
 		s.up.Close()
+		if s.limit != nil {
+			close(s.limit.done)
+		}
 		s.b.connEnd(0, 0) // a UDP route counts datagrams, not bytes
 		st.udpSessions.Add(-1)
 		u.rt.srv.serveWG.Done()
@@ -279,7 +290,7 @@ func (s *session) run(timeout time.Duration) {
 	// The read deadline is moved only when it fires: last only grows, so
 	// a deadline set earlier is never later than the session's real end,
 	// and re-arming the runtime timer for every datagram is avoided.
-	s.up.SetReadDeadline(time.Unix(0, s.last.Load()).Add(timeout))
+	s.up.SetReadDeadline(s.deadline(timeout))
 	for {
 		err := s.relayReplies()
 		switch {
@@ -292,12 +303,18 @@ func (s *session) run(timeout time.Duration) {
 			// and one that looks after it left opens a new one. No
 			// datagram goes to a session that is on its way out.
 			u.mu.Lock()
-			deadline := time.Unix(0, s.last.Load()).Add(timeout)
-			expired := !time.Now().Before(deadline)
+			deadline := s.deadline(timeout)
+			now := time.Now()
+			expired := !now.Before(deadline)
 			if expired {
 				u.unlink(s)
 			}
 			u.mu.Unlock()
+			if expired && s.overDuration(now.UnixNano()) {
+				st.maxDurations.Add(1)
+				u.rt.srv.log.Debug("UDP session reached its max duration", "route", u.rt.name, "client", s.client())
+				return
+			}
 			if expired {
 				u.rt.srv.log.Debug("UDP session expired", "route", u.rt.name, "client", s.client())
 				return
@@ -378,6 +395,19 @@ func (s *session) sendReplies(b *batch, n int) bool {
 		}
 		out = append(out, udp.Message{Buf: m.Buf[:m.N], Addr: p.client, Local: p.local, IfIndex: p.ifidx})
 	}
+	if s.paced(dirDown) {
+		out = s.pace(dirDown, out)
+	}
+	return s.writeReplies(out)
+}
+
+// writeReplies sends out, replies to the client, from the route's socket
+// the client used. It reports false when that socket is closed.
+func (s *session) writeReplies(out []udp.Message) bool {
+	if len(out) == 0 {
+		return true
+	}
+	st := &s.u.rt.st
 	ln := s.ln.Load()
 	sent, err := ln.WriteAll(out)
 	if errors.Is(err, net.ErrClosed) {
