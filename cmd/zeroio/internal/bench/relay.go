@@ -59,16 +59,21 @@ func relayChild(impl, target string) int {
 	}
 	var addr string
 	switch impl {
-	case "zeroio", "zeroio-event", "zeroio-goroutine":
+	case "zeroio", "zeroio-event", "zeroio-goroutine", "zeroio-paced", "zeroio-goroutine-paced":
 		listen := relay.Addr{Network: "tcp", Address: "127.0.0.1:0"}
 		if tgt.Datagram() {
 			listen.Network = "udp"
 		}
-		engine, _ := strings.CutPrefix(impl, "zeroio-")
-		if impl == "zeroio" {
+		rt := relay.Route{Name: "r", Listen: listen, Target: tgt}
+		name, paced := strings.CutSuffix(impl, "-paced")
+		if paced {
+			rt.UploadRate, rt.DownloadRate = pacedRate, pacedRate
+		}
+		engine, _ := strings.CutPrefix(name, "zeroio-")
+		if name == "zeroio" {
 			engine = "" // the platform's default
 		}
-		srv, err := relay.New(relay.Config{Routes: []relay.Route{{Name: "r", Listen: listen, Target: tgt}}, Engine: engine})
+		srv, err := relay.New(relay.Config{Routes: []relay.Route{rt}, Engine: engine})
 		if err != nil {
 			return fail(err)
 		}

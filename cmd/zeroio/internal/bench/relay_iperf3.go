@@ -17,6 +17,13 @@ import (
 // on the platform's default.
 var relayImpls = []string{"direct", "zeroio", "zeroio-goroutine", "iocopy", "copy64k", "haproxy", "socat"}
 
+// pacedImpls are zeroio's engines with an upload and download rate of
+// pacedRate: their cpu-s/GiB beside the unlimited relay's is what pacing
+// costs per byte (its throughput is the rate, by design).
+var pacedImpls = []string{"zeroio-paced", "zeroio-goroutine-paced"}
+
+const pacedRate = 512 << 20
+
 // relayIperf3Cases: iperf3 client and server on loopback, through each
 // relay, client to server (dir=up) and server to client (dir=down, -R).
 // One op is one iperf3 run moving a fixed number of bytes; the metrics
@@ -29,7 +36,7 @@ func relayIperf3Cases(sc Scale) []Case {
 	}
 	var cs []Case
 	for _, dir := range []string{"up", "down"} {
-		for _, impl := range relayImpls {
+		for _, impl := range append(relayImpls[:len(relayImpls):len(relayImpls)], pacedImpls...) {
 			if !havePeer(impl) {
 				continue
 			}
