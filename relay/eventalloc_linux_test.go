@@ -3,6 +3,7 @@ package relay
 import (
 	"net"
 	"testing"
+	"time"
 
 	"github.com/zeroio/zeroio/internal/percpu"
 	"golang.org/x/sys/unix"
@@ -13,11 +14,25 @@ import (
 // answer each way, then the client's close and the target's. The client
 // and the target make raw system calls on blocking sockets, which
 // allocate nothing, so the count, which covers the whole process, is the
-// relay's.
+// relay's. With rate limits and a max duration set (far above what the
+// test moves), each connection takes its client's buckets and paces its
+// bytes, and still allocates nothing.
 func TestEventRelayAllocs(t *testing.T) {
 	if percpu.RaceEnabled {
 		t.Skip("the race detector allocates")
 	}
+	t.Run("limits=none", func(t *testing.T) { testEventRelayAllocs(t, func(*Route) {}) })
+	t.Run("limits=all", func(t *testing.T) {
+		testEventRelayAllocs(t, func(r *Route) {
+			r.ConnRatePerClient = ConnRate{N: 1_000_000, Per: time.Second}
+			r.UploadRate, r.DownloadRate = 1<<30, 1<<30
+			r.ClientUploadRate, r.ClientDownloadRate = 1<<30, 1<<30
+			r.MaxDuration = time.Hour
+		})
+	})
+}
+
+func testEventRelayAllocs(t *testing.T, mod func(*Route)) {
 	lfd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +49,7 @@ func TestEventRelayAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	target := (&net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: bsa.(*unix.SockaddrInet4).Port}).String()
-	s := startRelay(t, route0("127.0.0.1:0", mustAddr(t, "tcp://"+target), func(r *Route) {}))
+	s := startRelay(t, route0("127.0.0.1:0", mustAddr(t, "tcp://"+target), mod))
 	if _, ok := s.eng.(*eventEngine); !ok {
 		t.Skip("the event engine is not the default")
 	}
@@ -87,4 +102,7 @@ func TestEventRelayAllocs(t *testing.T) {
 		t.Fatal(failed)
 	}
 	waitFor(t, func() bool { return s.Stats().Active == 0 })
+	if st := s.Stats().Routes[0]; st.RateLimited != 0 {
+		t.Fatalf("%d connections over a rate of a million a second", st.RateLimited)
+	}
 }

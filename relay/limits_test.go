@@ -24,13 +24,13 @@ func testConnRatePerClient(t *testing.T) {
 		r.ConnRatePerClient = ConnRate{N: 10, Per: time.Second}
 	}))
 	// 40 back to back: a period's burst is relayed, the rest closed.
+	start := time.Now()
 	var cs []net.Conn
 	for range 40 {
 		c := dialRoute(t, s, "r")
 		defer c.Close()
 		cs = append(cs, c)
 	}
-	start := time.Now()
 	relayed := 0
 	for _, c := range cs {
 		if ping(c) == nil {
@@ -38,7 +38,7 @@ func testConnRatePerClient(t *testing.T) {
 		}
 	}
 	// The bucket refills one connection every 100 ms while the 40 are
-	// dialled and checked.
+	// dialled, admitted and checked.
 	extra := int(time.Since(start) / (100 * time.Millisecond))
 	if relayed < 10 || relayed > 11+extra {
 		t.Fatalf("%d of 40 connections relayed; want about 10", relayed)
