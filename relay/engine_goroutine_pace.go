@@ -3,6 +3,7 @@ package relay
 import (
 	"errors"
 	"io"
+	"math"
 	"time"
 
 	"github.com/zeroio/zeroio/splice"
@@ -45,8 +46,9 @@ func (p *pair) pacedCopy(dst io.Writer, src io.Reader, d int, progress func(int6
 	}
 }
 
-// maxPacedCopy is the most one copy of pacedCopy moves: a pipe's worth.
-const maxPacedCopy = splice.DefaultPipeSize
+// maxPacedCopy is the most one copy of pacedCopy moves: no more than the
+// bucket lets through, which holds paceWindow's worth.
+const maxPacedCopy = math.MaxInt32
 
 // paceWait sleeps for wait on *t (made on first use), unless abort
 // stops the pair first (false). The pair is not idle meanwhile.

@@ -27,10 +27,14 @@ func gcraTake(tat *int64, now, cost, burst int64) bool {
 }
 
 // A byte rate's bucket holds paceWindow's worth of bytes; a paced
-// direction that finds it short waits until it holds paceQuantum
-// (or, at low rates, half the bucket), so that each wake-up moves a
-// chunk worth its system calls.
-const paceQuantum = 64 << 10
+// direction that finds it short waits until it holds paceQuantum, or
+// paceTick's worth at high rates, or at low rates half the bucket: each
+// wake-up moves a chunk worth its system calls, and a direction wakes
+// at most once per paceTick (the event loops' timer resolution).
+const (
+	paceQuantum = 64 << 10
+	paceTick    = int64(10e6) // 10 ms
+)
 
 // paceWindow is 100 ms; a variable, not a constant, so that a test can
 // make the waits long.
@@ -46,7 +50,7 @@ func byteRoom(tat int64, rate ByteRate, now int64) (room int64, at int64) {
 	if t-now < paceWindow {
 		room = (paceWindow - (t - now)) * int64(rate) / 1e9
 	}
-	q := min(int64(paceQuantum), max(int64(rate)*paceWindow/2e9, 1))
+	q := min(max(paceQuantum, int64(rate)*paceTick/1e9), max(int64(rate)*paceWindow/2e9, 1))
 	if room >= q {
 		return room, 0
 	}
