@@ -93,16 +93,26 @@ func (l *loop) accepted(f *front, fd int, peer netip.AddrPort, wait bool) {
 		c.finish(errQuiet)
 		return
 	}
+	c.awaitHello(r)
+}
+
+// awaitHello has c, a front's client, wait for its PROXY header, if the
+// front (r its settings) takes one, or else for its hello, under their
+// timeouts. It reports false when the client may not send a header: c
+// is finished.
+func (c *evConn) awaitHello(r *Route) bool {
+	l := c.lp
 	if c.needsProxy() {
 		if !c.proxyPeer() {
 			c.finish(errQuiet)
-			return
+			return false
 		}
 		c.state = stProxy
 		l.wheel.arm(c, evloop.After(l.now, r.ProxyHeaderTimeout), l.now)
-		return
+		return true
 	}
 	l.wheel.arm(c, evloop.After(l.now, r.PeekTimeout), l.now)
+	return true
 }
 
 // helloBufSize holds a PROXY header, the longest ClientHello the parser

@@ -71,10 +71,23 @@ func (s *Server) HandOver(c *net.UnixConn) error {
 type export struct {
 	frames  []outFrame
 	records int
-	fds     []int
+	nfds    int   // descriptors the frames carry
+	fds     []int // the duplicates this process made for it
 	// resume lets what the engine paused go on, after a failure;
 	// commit closes its copies, after a success.
 	resume, commit func()
+}
+
+// streamMover is an engine that hands its streams over (the event
+// engine); the others keep theirs, and drain them.
+type streamMover interface {
+	// freeze pauses the engine's streams at a safe point and adds
+	// them to x, setting x.resume and x.commit to end the pause. The
+	// Server's mu is held.
+	freeze(x *export) error
+	// adoptStreams serves the streams a hand-over brought, once the
+	// sender let go. The Server's mu is held.
+	adoptStreams(ts []*takenStream)
 }
 
 type outFrame struct {
@@ -94,6 +107,7 @@ func (x *export) add(kind uint8, fds []int, fill func([]byte) []byte) {
 	f.payload = appendRecord(f.payload, kind, len(fds), fill)
 	f.fds = append(f.fds, fds...)
 	x.records++
+	x.nfds += len(fds)
 }
 
 // export pauses what goes over and returns its state.
@@ -101,6 +115,9 @@ func (s *Server) export() (*export, error) {
 	x := &export{resume: func() {}, commit: func() {}}
 	s.mu.Lock()
 	err := s.exportListeners(x)
+	if m, ok := s.eng.(streamMover); ok && err == nil {
+		err = m.freeze(x)
+	}
 	s.mu.Unlock()
 	if err != nil {
 		closeFDs(x.fds)
@@ -185,7 +202,7 @@ func (x *export) exchange(c *net.UnixConn) error {
 			return err
 		}
 	}
-	if err := writeFrame(c, frEnd, appendEnd(nil, x.records, len(x.fds)), nil); err != nil {
+	if err := writeFrame(c, frEnd, appendEnd(nil, x.records, x.nfds), nil); err != nil {
 		return err
 	}
 	if err := expect(c, frReady); err != nil {
@@ -229,13 +246,15 @@ func abortPeer(c *net.UnixConn, why error) {
 // the receiver's now) and Unix socket files stay. s serves nothing any
 // more.
 func (s *Server) letGo(x *export) {
+	// The engine lets go first, without s.mu: a Shutdown begun meanwhile
+	// holds it, waiting for a paused event loop.
+	x.commit()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.closed {
 		close(s.stopping)
 	}
 	s.closed = true
-	x.commit()
 	s.closeKept()
 	s.closeInherited()
 	s.log.Info("handed over to another process")

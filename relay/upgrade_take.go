@@ -3,7 +3,9 @@ package relay
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -35,9 +37,10 @@ func TakeOver(cfg Config, c *net.UnixConn) (*Server, error) {
 	}
 	if err := confirm(c); err != nil {
 		s.abandon()
+		in.close()
 		return nil, fmt.Errorf("relay: take-over failed: %w", err)
 	}
-	s.serveTaken()
+	s.serveTaken(in)
 	return s, nil
 }
 
@@ -58,8 +61,19 @@ func confirm(c *net.UnixConn) error {
 // taken is what a receiver got: listening sockets, for Server.Inherit,
 // each named after a route that used it.
 type taken struct {
-	files []*os.File
-	names []string
+	files   []*os.File
+	names   []string
+	streams []*takenStream
+}
+
+// takenStream is a stream a hand-over brought, with its descriptors and,
+// once the sender let go, what it maps to here (resolveTaken).
+type takenStream struct {
+	rec streamRec
+	fds []int
+	rt  *route   // its route; for a relaying stream whose route is gone, a detached one
+	b   *backend // a relaying stream's target
+	f   *front   // a prelude's front, found by a route of the sender's
 }
 
 // receive reads a hand-over's state up to its frEnd frame.
@@ -108,6 +122,11 @@ func (in *taken) parts(p []byte, fds []int) (int, error) {
 		switch r.kind {
 		case recListener:
 			err = in.listener(r.body, own)
+		case recStream:
+			var rec streamRec
+			if rec, err = decodeStream(r.body, r.nfd); err == nil {
+				in.streams = append(in.streams, &takenStream{rec: rec, fds: slices.Clone(own)})
+			}
 		default:
 			err = fmt.Errorf("%w: record kind %d", errBadFrame, r.kind)
 		}
@@ -141,12 +160,18 @@ func (in *taken) close() {
 	for _, f := range in.files {
 		f.Close()
 	}
-	in.files, in.names = nil, nil
+	for _, t := range in.streams {
+		closeFDs(t.fds)
+	}
+	in.files, in.names, in.streams = nil, nil, nil
 }
 
 // startTaken starts s on the listening sockets of in, serving nothing
 // until serveTaken.
 func (s *Server) startTaken(in *taken) error {
+	if _, ok := s.eng.(streamMover); !ok && len(in.streams) > 0 {
+		return fmt.Errorf("the %s engine cannot take established streams over: run the %s engine", EngineGoroutine, EngineEvent)
+	}
 	if err := s.Inherit(in.files, in.names); err != nil {
 		return err
 	}
@@ -164,7 +189,7 @@ func (s *Server) startTaken(in *taken) error {
 // serveTaken starts serving what startTaken built, once the sender let
 // go: the accept loops and UDP readers held back, and the Unix socket
 // files that are now s's.
-func (s *Server) serveTaken() {
+func (s *Server) serveTaken(in *taken) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	held := *s.held
@@ -185,7 +210,62 @@ func (s *Server) serveTaken() {
 	for _, fn := range held {
 		fn()
 	}
-	s.log.Info("took over from another process")
+	n := len(in.streams)
+	if n > 0 {
+		ghosts := map[string]*route{}
+		for _, t := range in.streams {
+			s.resolveTaken(t, ghosts)
+		}
+		s.eng.(streamMover).adoptStreams(in.streams)
+		in.streams = nil
+	}
+	s.log.Info("took over from another process", "streams", n)
+}
+
+// resolveTaken finds what t maps to here: its route, by name, and its
+// target among the route's (as Update keeps them), or for a relaying
+// stream whose route or target is gone, detached ones that only count
+// it, as a reload leaves a removed route's streams; for a prelude, the
+// front of a route of the sender's front. s.mu is held.
+func (s *Server) resolveTaken(t *takenStream, ghosts map[string]*route) {
+	if rt := s.routes[t.rec.route]; rt != nil && rt.udp == nil {
+		t.rt = rt
+	}
+	if !t.rec.relaying {
+		if rt := s.routes[t.rec.front]; rt != nil {
+			t.f = rt.front
+		}
+		return
+	}
+	if t.rt == nil {
+		if t.rt = ghosts[t.rec.route]; t.rt == nil {
+			t.rt = newRoute(s, Route{Name: t.rec.route, Listen: Addr{Network: "tcp"}}, nil)
+			close(t.rt.done)
+			ghosts[t.rec.route] = t.rt
+		}
+	}
+	// Its slots are taken now, before any prelude's looks for one.
+	t.rt.holdSlots(t.rec.perClient, t.rec.src.Addr())
+	for _, b := range t.rt.targets().bs {
+		if b.addr == t.rec.target {
+			t.b = b
+			return
+		}
+	}
+	t.b = newBackend(t.rt, t.rec.target, Addr{})
+}
+
+// holdSlots counts a stream that comes relaying against rt's limits and
+// the server's, whatever they say, as a reload that lowers them leaves
+// the streams under way.
+func (rt *route) holdSlots(perClient bool, ip netip.Addr) {
+	rt.srv.active.Add(1)
+	rt.active.Add(1)
+	if perClient {
+		rt.clientMu.Lock()
+		rt.clients[ip]++
+		rt.clientMu.Unlock()
+	}
 }
 
 // abandon closes what TakeOver built and never served, leaving the

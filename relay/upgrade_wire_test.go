@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bytes"
+	"net/netip"
 	"testing"
 )
 
@@ -12,7 +13,12 @@ func FuzzHandOverRecords(f *testing.F) {
 	var x export
 	x.add(recListener, []int{3, 4}, (&listenerRec{name: "web"}).append)
 	x.add(recListener, []int{5}, (&listenerRec{name: "dns"}).append)
-	f.Add(x.frames[0].payload, uint8(3))
+	sr := streamRec{relaying: true, route: "web", front: "web", src: netip.MustParseAddrPort("192.0.2.1:5"),
+		target: Addr{Network: "tcp", Address: "127.0.0.1:80"}, up: dirRec{buf: []byte("abc"), hdr: 1},
+		down: dirRec{hasPipe: true, inPipe: 7}}
+	x.add(recStream, []int{6, 7, 8, 9}, sr.append)
+	x.add(recStream, []int{10}, (&streamRec{front: "web", up: dirRec{buf: []byte("\x16\x03")}}).append)
+	f.Add(x.frames[0].payload, uint8(8))
 	f.Add([]byte{recListener, 0, 1, 0, 0, 0, 1, 1}, uint8(1))
 	f.Add([]byte{recListener, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, uint8(0))
 	f.Fuzz(func(t *testing.T, p []byte, nfds uint8) {
@@ -26,6 +32,16 @@ func FuzzHandOverRecords(f *testing.F) {
 				t.Fatalf("record descriptors %d+%d, want from %d", r.fd0, r.nfd, next)
 			}
 			next += r.nfd
+			if r.kind == recStream {
+				if sr, err := decodeStream(r.body, r.nfd); err == nil {
+					if sr.nfds() != r.nfd {
+						t.Fatalf("stream record needs %d descriptors, carries %d", sr.nfds(), r.nfd)
+					}
+					if got := sr.append(nil); !bytes.Equal(got, r.body) {
+						t.Fatalf("stream record %q re-encodes as %q", r.body, got)
+					}
+				}
+			}
 			if r.kind == recListener {
 				if lr, err := decodeListener(r.body); err == nil {
 					var b []byte
@@ -66,5 +82,30 @@ func TestHandOverVersion(t *testing.T) {
 	_, err := parseFrameHeader(b)
 	if err == nil || !bytes.Contains([]byte(err.Error()), []byte("version 2")) {
 		t.Fatalf("parseFrameHeader: %v", err)
+	}
+}
+
+// TestStreamRecordRoundTrip: a stream record decodes to what was
+// encoded, and one whose descriptors or directions do not add up is
+// refused.
+func TestStreamRecordRoundTrip(t *testing.T) {
+	sr := streamRec{relaying: true, route: "web", front: "web", src: netip.MustParseAddrPort("[2001:db8::1]:5"),
+		dst: netip.MustParseAddrPort("192.0.2.9:443"), dstKnown: true, perClient: true, age: 7, upN: 1 << 40, downN: 3,
+		target: Addr{Network: "unix", Address: "/run/b.sock"}, endFirst: 2, idle: 9, idleFor: 4, tHup: true,
+		up: dirRec{buf: []byte("abc"), hdr: 1, full: 2, eof: true}, down: dirRec{hasPipe: true, inPipe: 7, spliced: true, shut: true, rerr: 104}}
+	b := sr.append(nil)
+	got, err := decodeStream(b, sr.nfds())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.append(nil), b) || got.src != sr.src || got.target != sr.target || got.down.inPipe != 7 {
+		t.Fatalf("decoded %+v, want %+v", got, sr)
+	}
+	if _, err := decodeStream(b, sr.nfds()-1); err == nil {
+		t.Error("a record short of a descriptor decoded")
+	}
+	sr.down.buf = []byte("x") // bytes in its buffer and its pipe
+	if _, err := decodeStream(sr.append(nil), sr.nfds()); err == nil {
+		t.Error("a direction with bytes in both buffer and pipe decoded")
 	}
 }

@@ -96,6 +96,14 @@ func (ps *Pipes) Put(p Pipe, n int) {
 	ps.idle = append(ps.idle, p)
 }
 
+// Adopt counts p, a pipe received from another process (a hand-over),
+// as taken from ps: Put gives it back.
+func (ps *Pipes) Adopt() {
+	ps.Open.Add(1)
+	ps.Taken++
+	ps.Held++
+}
+
 // Close closes the idle pipes. The loop calls it when it stops.
 func (ps *Pipes) Close() {
 	for _, p := range ps.idle {
