@@ -169,6 +169,9 @@ func (s *Server) exportListeners(x *export) error {
 		if err := x.addListener(listenerRec{name: rt.name}, socks); err != nil {
 			return err
 		}
+		if err := x.exportSessions(rt); err != nil {
+			return err
+		}
 	}
 	return nil
 }

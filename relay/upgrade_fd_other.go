@@ -21,4 +21,6 @@ func readFrame(*net.UnixConn) (frameHeader, []byte, []int, error) {
 
 func closeFDs([]int) {}
 
+func udpConnOf(int) (*net.UDPConn, error) { return nil, errNoHandOver }
+
 func rawFD(any) (int, error) { return -1, errNoHandOver }

@@ -89,6 +89,23 @@ func readFDs(c *net.UnixConn, b, oob []byte, fds []int) ([]int, error) {
 	return fds, nil
 }
 
+// udpConnOf wraps fd, a UDP socket received, for package net; fd is
+// closed either way.
+func udpConnOf(fd int) (*net.UDPConn, error) {
+	f := os.NewFile(uintptr(fd), "")
+	defer f.Close()
+	pc, err := net.FilePacketConn(f)
+	if err != nil {
+		return nil, err
+	}
+	uc, ok := pc.(*net.UDPConn)
+	if !ok {
+		pc.Close()
+		return nil, errors.New("received a socket that is not UDP")
+	}
+	return uc, nil
+}
+
 func closeFDs(fds []int) {
 	for _, fd := range fds {
 		if fd >= 0 {

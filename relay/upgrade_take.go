@@ -61,9 +61,10 @@ func confirm(c *net.UnixConn) error {
 // taken is what a receiver got: listening sockets, for Server.Inherit,
 // each named after a route that used it.
 type taken struct {
-	files   []*os.File
-	names   []string
-	streams []*takenStream
+	files    []*os.File
+	names    []string
+	streams  []*takenStream
+	sessions []*takenSession
 }
 
 // takenStream is a stream a hand-over brought, with its descriptors and,
@@ -127,6 +128,11 @@ func (in *taken) parts(p []byte, fds []int) (int, error) {
 			if rec, err = decodeStream(r.body, r.nfd); err == nil {
 				in.streams = append(in.streams, &takenStream{rec: rec, fds: slices.Clone(own)})
 			}
+		case recSession:
+			var rec sessionRec
+			if rec, err = decodeSession(r.body, r.nfd); err == nil {
+				in.sessions = append(in.sessions, &takenSession{rec: rec, fd: own[0]})
+			}
 		default:
 			err = fmt.Errorf("%w: record kind %d", errBadFrame, r.kind)
 		}
@@ -163,7 +169,10 @@ func (in *taken) close() {
 	for _, t := range in.streams {
 		closeFDs(t.fds)
 	}
-	in.files, in.names, in.streams = nil, nil, nil
+	for _, t := range in.sessions {
+		closeFDs([]int{t.fd})
+	}
+	in.files, in.names, in.streams, in.sessions = nil, nil, nil, nil
 }
 
 // startTaken starts s on the listening sockets of in, serving nothing
@@ -207,6 +216,10 @@ func (s *Server) serveTaken(in *taken) {
 	for _, f := range s.udpFronts {
 		f.sock.udp.foreign.Store(false)
 	}
+	for _, t := range in.sessions { // before the readers, which would open others
+		s.adoptSession(t)
+	}
+	in.sessions = nil
 	for _, fn := range held {
 		fn()
 	}
@@ -246,13 +259,7 @@ func (s *Server) resolveTaken(t *takenStream, ghosts map[string]*route) {
 	}
 	// Its slots are taken now, before any prelude's looks for one.
 	t.rt.holdSlots(t.rec.perClient, t.rec.src.Addr())
-	for _, b := range t.rt.targets().bs {
-		if b.addr == t.rec.target {
-			t.b = b
-			return
-		}
-	}
-	t.b = newBackend(t.rt, t.rec.target, Addr{})
+	t.b = backendOf(t.rt, t.rec.target)
 }
 
 // holdSlots counts a stream that comes relaying against rt's limits and

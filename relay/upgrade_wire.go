@@ -53,6 +53,7 @@ const (
 const (
 	recListener uint8 = 1 + iota // a front's or a UDP route's listening sockets
 	recStream                    // an event engine stream
+	recSession                   // a UDP session
 )
 
 var errBadFrame = errors.New("malformed hand-over frame")

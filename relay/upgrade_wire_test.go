@@ -18,7 +18,10 @@ func FuzzHandOverRecords(f *testing.F) {
 		down: dirRec{hasPipe: true, inPipe: 7}}
 	x.add(recStream, []int{6, 7, 8, 9}, sr.append)
 	x.add(recStream, []int{10}, (&streamRec{front: "web", up: dirRec{buf: []byte("\x16\x03")}}).append)
-	f.Add(x.frames[0].payload, uint8(8))
+	ses := sessionRec{route: "dns", client: netip.MustParseAddrPort("192.0.2.1:53"), local: netip.MustParseAddr("127.0.0.1"),
+		target: Addr{Network: "udp", Address: "127.0.0.1:53"}, quic: true, version: 1, clientID: []byte("c1"), ids: [][]byte{[]byte("s1")}}
+	x.add(recSession, []int{11}, ses.append)
+	f.Add(x.frames[0].payload, uint8(9))
 	f.Add([]byte{recListener, 0, 1, 0, 0, 0, 1, 1}, uint8(1))
 	f.Add([]byte{recListener, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, uint8(0))
 	f.Fuzz(func(t *testing.T, p []byte, nfds uint8) {
@@ -39,6 +42,13 @@ func FuzzHandOverRecords(f *testing.F) {
 					}
 					if got := sr.append(nil); !bytes.Equal(got, r.body) {
 						t.Fatalf("stream record %q re-encodes as %q", r.body, got)
+					}
+				}
+			}
+			if r.kind == recSession {
+				if sr, err := decodeSession(r.body, r.nfd); err == nil {
+					if got := sr.append(nil); !bytes.Equal(got, r.body) {
+						t.Fatalf("session record %q re-encodes as %q", r.body, got)
 					}
 				}
 			}
@@ -107,5 +117,24 @@ func TestStreamRecordRoundTrip(t *testing.T) {
 	sr.down.buf = []byte("x") // bytes in its buffer and its pipe
 	if _, err := decodeStream(sr.append(nil), sr.nfds()); err == nil {
 		t.Error("a direction with bytes in both buffer and pipe decoded")
+	}
+}
+
+// TestSessionRecordRoundTrip: a UDP session record decodes to what was
+// encoded.
+func TestSessionRecordRoundTrip(t *testing.T) {
+	r := sessionRec{route: "q", ln: 2, client: netip.MustParseAddrPort("[2001:db8::1]:443"), local: netip.MustParseAddr("::1"),
+		ifidx: 3, proxy: []byte("hdr"), target: Addr{Network: "udp", Address: "127.0.0.1:4433"}, idleFor: 5,
+		quic: true, version: 1, clientID: []byte("client01"), ids: [][]byte{[]byte("serverAA"), []byte("original")}, idLen: 8, lastUsed: 42}
+	b := r.append(nil)
+	got, err := decodeSession(b, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.append(nil), b) || got.client != r.client || got.local != r.local || len(got.ids) != 2 {
+		t.Fatalf("decoded %+v, want %+v", got, r)
+	}
+	if _, err := decodeSession(b, 2); err == nil {
+		t.Error("a session with two descriptors decoded")
 	}
 }
