@@ -154,6 +154,17 @@
 // while the loops accept); with the goroutine engine, one per listener
 // and one or two per relayed connection.
 //
+// # Binary upgrades
+//
+// [Server.HandOver] hands a running server to another process over a
+// Unix socket (its descriptors pass as SCM_RIGHTS), and [TakeOver]
+// starts a server there from what it sends: the listening sockets and
+// the clients queued on them, the event engine's every stream (bytes in
+// its buffers and splice pipes included) and the UDP sessions. It is all
+// or nothing: until the receiver has taken everything, the sender keeps
+// serving, and any failure leaves it as it was. The goroutine engine
+// hands its listeners over and drains its streams itself.
+//
 // # Platforms
 //
 // Linux is the fast path. On other GOOS the relay works with the same

@@ -32,13 +32,25 @@ func (e *eventEngine) freeze(x *export) error {
 	loops := e.started()
 	snaps := make(chan *export, len(loops))
 	decide := make([]chan bool, len(loops))
-	var wg sync.WaitGroup
+	var wg, pausing sync.WaitGroup
+	paused := make(chan struct{})
+	pausing.Add(len(loops))
+	go func() { pausing.Wait(); close(paused) }()
 	for i, lp := range loops {
 		d := make(chan bool, 1)
 		decide[i] = d
 		wg.Add(1)
 		lp.post(func() {
 			defer wg.Done()
+			// Once every loop has paused, none hands another a
+			// client: those handed before are taken now, to go over
+			// with the rest.
+			pausing.Done()
+			select {
+			case <-paused:
+				lp.inbox.Drain(lp.serveHanded)
+			case <-time.After(handOverStep):
+			}
 			lx := &export{}
 			lp.exportConns(lx)
 			snaps <- lx
