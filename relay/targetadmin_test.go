@@ -165,3 +165,56 @@ func testStreamsAndClose(t *testing.T) {
 		t.Error("CloseStream closed a stream twice")
 	}
 }
+
+// TestTargetAdminUDP drains a UDP target: new sessions go to the other
+// while the drained one's session goes on.
+func TestTargetAdminUDP(t *testing.T) {
+	leakCheck(t)
+	a, b := udpEcho(t, "udp4", "127.0.0.1:0"), udpEcho(t, "udp4", "127.0.0.1:0")
+	ta := Addr{Network: "udp", Address: a.LocalAddr().String()}
+	tb := Addr{Network: "udp", Address: b.LocalAddr().String()}
+	s := startRelay(t, Config{Routes: []Route{{Name: "u", Listen: Addr{Network: "udp", Address: "127.0.0.1:0"},
+		Targets: []Target{{Addr: ta, Weight: 1}, {Addr: tb, Weight: 1}}}}})
+	ra := s.Addrs("u")[0].String()
+	echoOnce := func(c net.Conn) {
+		t.Helper()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Read(make([]byte, 8)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A session on a, held through the drain.
+	var held net.Conn
+	for held == nil {
+		c, err := net.Dial("udp4", ra)
+		if err != nil {
+			t.Fatal(err)
+		}
+		echoOnce(c)
+		if s.Stats().Routes[0].Targets[0].Active == 1 {
+			held = c
+		} else {
+			c.Close()
+		}
+	}
+	defer held.Close()
+	if _, err := s.SetTargetState("u", ta.String(), TargetDraining); err != nil {
+		t.Fatal(err)
+	}
+	before := s.Stats().Routes[0].Targets[0].Connections
+	for range 6 {
+		c, err := net.Dial("udp4", ra)
+		if err != nil {
+			t.Fatal(err)
+		}
+		echoOnce(c)
+		c.Close()
+	}
+	if got := s.Stats().Routes[0].Targets[0].Connections; got != before {
+		t.Errorf("a drained UDP target took %d new sessions", got-before)
+	}
+	echoOnce(held) // its session goes on
+}

@@ -324,6 +324,8 @@ func TestUsageErrors(t *testing.T) {
 		{"unknown unix group", []string{"--unix-group", "no-such-group-zeroio", "unix://" + filepath.Join(dir, "g.sock"), "tcp://" + backend}, "unix group"},
 		{"bad unix mode", []string{"--unix-mode", "rw-rw----", "unix://" + filepath.Join(dir, "m.sock"), "tcp://" + backend}, "not a file mode"},
 		{"port in use", []string{busy.Addr().Network() + "://" + busy.Addr().String(), "tcp://" + backend}, "address already in use"},
+		{"admin not on loopback", []string{"--admin", "0.0.0.0:9901", "tcp://127.0.0.1:0", "tcp://" + backend}, "not a loopback address"},
+		{"admin address in use", []string{"--admin", busy.Addr().String(), "tcp://127.0.0.1:0", "tcp://" + backend}, "address already in use"},
 		// Every bad value is refused at start, the same from flags and
 		// files, by relay.Route's validation.
 		{"negative dial timeout", []string{"--dial-timeout", "-1s", "tcp://127.0.0.1:0", "tcp://" + backend}, "dial timeout -1s is negative"},
