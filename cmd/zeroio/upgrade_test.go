@@ -407,14 +407,6 @@ func (d *dialLoop) finish(t *testing.T) {
 	}
 }
 
-// handOverLanded says which parts of the library's hand-over are on
-// main: until streams are, the tests that need established streams
-// handed over skip.
-const (
-	streamsHandedOver = false
-	udpHandedOver     = false
-)
-
 // upgradeConfig writes a config with extra (top-level keys), a TCP route
 // to an echo target and the metrics server, on fixed ports, and returns
 // its path, the route's address and the /healthz URL.
@@ -464,10 +456,7 @@ func TestUpgradeTenTimes(t *testing.T) {
 func upgradeUnderLoad(t *testing.T, n int, after func(*relayTree)) {
 	conf, addr, healthz := upgradeConfig(t, "")
 	rt := startTree(t, "v1", 1, "-c", conf)
-	var ss *streams
-	if streamsHandedOver {
-		ss = startStreams(t, addr, 100)
-	}
+	ss := startStreams(t, addr, 100)
 	loop := startDialLoop(addr, healthz)
 	for i := range n {
 		time.Sleep(300 * time.Millisecond) // let the streams carry data
@@ -478,9 +467,6 @@ func upgradeUnderLoad(t *testing.T, n int, after func(*relayTree)) {
 	}
 	time.Sleep(300 * time.Millisecond) // the streams go on through the new process
 	loop.finish(t)
-	if ss == nil {
-		t.Skip("established streams are not handed over yet (relay.HandOver): checked listeners, new connections and /healthz only")
-	}
 	for _, err := range ss.finish() {
 		t.Error(err)
 	}
@@ -630,9 +616,6 @@ routes:
 	base := udpTraffic(t, addr, 20, time.Second, nil)
 	lost := udpTraffic(t, addr, 20, 2*time.Second, func() { rt.upgrade("v2") })
 	t.Logf("datagrams lost: %d without an upgrade, %d across one", base, lost)
-	if !udpHandedOver {
-		t.Skip("UDP sessions are not handed over yet (relay.HandOver): checked the listening sockets only")
-	}
 	if lost > base {
 		t.Errorf("%d datagrams lost across the upgrade, %d without", lost, base)
 	}
