@@ -127,7 +127,42 @@ func (c *evConn) record(now int64) (streamRec, []int) {
 	fds = append(fds, c.tfd)
 	r.up = c.up.record(&fds)
 	r.down = c.down.record(&fds)
+	r.pace = c.pace.record(c.cfg, now)
 	return r, fds
+}
+
+// record describes p, a stream's limits under settings r, at now.
+func (p *pacing) record(r *Route, now int64) paceRec {
+	pr := paceRec{rates: [4]uint64{uint64(r.UploadRate), uint64(r.DownloadRate), uint64(r.ClientUploadRate), uint64(r.ClientDownloadRate)}}
+	if p.end != 0 {
+		pr.endIn = max(p.end-now, 1) // past due: at once
+	}
+	for d := range 2 {
+		if p.tat[d] != 0 {
+			pr.tatIn[d] = p.tat[d] - now
+		}
+		if p.wait[d] != 0 {
+			pr.waitIn[d] = max(p.wait[d]-now, 1)
+		}
+	}
+	return pr
+}
+
+// resume takes a stream's limits over from pr at now: c.cfg has its
+// rates, and startPacing has pinned its client's shared buckets.
+func (p *pacing) resume(pr *paceRec, now int64) {
+	p.end = 0
+	if pr.endIn != 0 {
+		p.end = now + pr.endIn
+	}
+	for d := range 2 {
+		if pr.tatIn[d] != 0 {
+			p.tat[d] = now + pr.tatIn[d]
+		}
+		if pr.waitIn[d] != 0 {
+			p.wait[d], p.since[d] = now+pr.waitIn[d], now
+		}
+	}
 }
 
 // record describes d, adding its pipe to fds if it holds bytes.
@@ -181,6 +216,7 @@ func (c *evConn) handedOff() {
 	c.plan.abandon()
 	if c.relaying {
 		c.b.connEnd(c.upN, c.downN)
+		c.stopPacing()
 	}
 	if c.release() {
 		l.freed = true
@@ -223,6 +259,9 @@ func (l *loop) adoptRelay(t *takenStream) {
 	c := l.newConn()
 	cfg := *rt.cfg.Load()
 	cfg.IdleTimeout = time.Duration(r.idle)
+	cfg.UploadRate, cfg.DownloadRate = ByteRate(r.pace.rates[0]), ByteRate(r.pace.rates[1])
+	cfg.ClientUploadRate, cfg.ClientDownloadRate = ByteRate(r.pace.rates[2]), ByteRate(r.pace.rates[3])
+	cfg.MaxDuration = 0 // its deadline comes with it
 	c.rt, c.cfg = rt, &cfg
 	c.src, c.dst, c.dstKnown, c.proxied, c.perClient = r.src, r.dst, r.dstKnown, r.proxied, r.perClient
 	c.start, c.last = l.now-r.age, l.now-r.idleFor
@@ -246,9 +285,9 @@ func (l *loop) adoptRelay(t *takenStream) {
 		c.finish(e)
 		return
 	}
-	if cfg.IdleTimeout > 0 {
-		l.wheel.arm(c, evloop.After(c.last, cfg.IdleTimeout), l.now)
-	}
+	c.startPacing(l.now)
+	c.pace.resume(&r.pace, l.now)
+	c.armRelay()
 	c.pumpAll()
 }
 

@@ -327,3 +327,36 @@ func TestHandOverStreamsToGoroutineEngine(t *testing.T) {
 	askEcho(t, c, "after")
 	askEcho(t, dialAddr(t, a.Addrs("e")[0]), "new")
 }
+
+// TestHandOverPacedStream: a stream under a byte rate goes over with its
+// rate and its bucket, and goes on paced in the new process; one under
+// MaxDuration keeps its deadline.
+func TestHandOverPacedStream(t *testing.T) {
+	leakCheck(t)
+	be := startBackend(t, "tcp4", echo)
+	cfg := Config{Engine: EngineEvent, Routes: []Route{
+		{Name: "e", Listen: Addr{Network: "tcp", Address: "127.0.0.1:0"}, Target: be.addr, DownloadRate: 256 << 10},
+		{Name: "m", Listen: Addr{Network: "tcp", Address: "127.0.0.1:0"}, Target: be.addr, MaxDuration: 2 * time.Second},
+	}}
+	a := startRelay(t, cfg)
+	cfg = sameAddrs(cfg, a)
+	open := make(chan struct{})
+	close(open)
+	bk := startBulk(dialAddr(t, a.Addrs("e")[0]), 1<<20, 7, open)
+	waitFor(t, func() bool { return routeOf(a, "e").st.pacedBytes.Load() > 0 })
+	m := dialAddr(t, a.Addrs("m")[0])
+	askEcho(t, m, "m")
+	b := handOver(t, a, cfg)
+	shutdown(t, a)
+	if err := bk.wait(); err != nil {
+		t.Fatalf("paced stream: %v", err)
+	}
+	if n := routeOf(b, "e").st.pacedBytes.Load(); n == 0 {
+		t.Error("the new server did not pace the stream")
+	}
+	if !waitClosed(m, 10*time.Second) {
+		t.Error("the stream under MaxDuration was not closed")
+	}
+	bk.c.Close()
+	waitFor(t, func() bool { return b.Stats().Active == 0 })
+}

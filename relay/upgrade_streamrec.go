@@ -81,6 +81,38 @@ type streamRec struct {
 	idleFor    int64 // nanoseconds since bytes last moved
 	cHup, tHup bool
 	up, down   dirRec
+	pace       paceRec
+}
+
+// paceRec is a relaying stream's limits (stream.pace): its rates as it
+// started with them, and its buckets and deadlines as offsets from the
+// moment the record was made (a bucket may be ahead, a deadline past).
+type paceRec struct {
+	rates         [4]uint64 // UploadRate, DownloadRate, ClientUploadRate, ClientDownloadRate
+	endIn         int64     // until MaxDuration ends it; 0: never
+	tatIn, waitIn [2]int64  // the stream's own buckets; a paced direction's wait (0: none)
+}
+
+func (p *paceRec) append(b []byte) []byte {
+	for _, r := range p.rates {
+		b = putU64(b, r)
+	}
+	b = putU64(b, uint64(p.endIn))
+	for _, v := range [...]int64{p.tatIn[0], p.tatIn[1], p.waitIn[0], p.waitIn[1]} {
+		b = putU64(b, uint64(v))
+	}
+	return b
+}
+
+func (w *wire) pace() paceRec {
+	var p paceRec
+	for i := range p.rates {
+		p.rates[i] = w.u64()
+	}
+	p.endIn = int64(w.u64())
+	p.tatIn = [2]int64{int64(w.u64()), int64(w.u64())}
+	p.waitIn = [2]int64{int64(w.u64()), int64(w.u64())}
+	return p
 }
 
 // dirRec is a direction's state: the bytes in its buffer, or the count
@@ -127,7 +159,7 @@ func (r *streamRec) append(b []byte) []byte {
 	b = append(b, r.endFirst)
 	b = putU64(putU64(b, uint64(r.idle)), uint64(r.idleFor))
 	b = putBool(putBool(b, r.cHup), r.tHup)
-	return r.down.append(r.up.append(b))
+	return r.pace.append(r.down.append(r.up.append(b)))
 }
 
 func (d *dirRec) append(b []byte) []byte {
@@ -166,6 +198,7 @@ func decodeStream(body []byte, nfd int) (streamRec, error) {
 	r.idle, r.idleFor = int64(w.u64()), int64(w.u64())
 	r.cHup, r.tHup = w.bool(), w.bool()
 	r.up, r.down = w.dir(), w.dir()
+	r.pace = w.pace()
 	if err := w.done(); err != nil {
 		return r, err
 	}
@@ -179,8 +212,10 @@ func decodeStream(body []byte, nfd int) (streamRec, error) {
 		return bad("prelude state")
 	case r.relaying && r.route == "":
 		return bad("without a route")
-	case r.age < 0 || r.idle < 0 || r.idleFor < 0:
+	case r.age < 0 || r.idle < 0 || r.idleFor < 0 || r.pace.endIn < 0 || r.pace.waitIn[0] < 0 || r.pace.waitIn[1] < 0:
 		return bad("times")
+	case !r.relaying && r.pace != (paceRec{}):
+		return bad("limits before relaying")
 	}
 	for _, d := range []*dirRec{&r.up, &r.down} {
 		switch {
