@@ -268,13 +268,18 @@ func (l *evListener) setUnlink(on bool) {
 
 func (l *evListener) Addr() net.Addr { return l.addr }
 
+// stopWatching keeps any loop from starting to watch l.
+func (l *evListener) stopWatching() {
+	l.mu.Lock()
+	l.closing = true
+	l.mu.Unlock()
+}
+
 // unwatch stops every loop watching l; none starts again. Close does
 // it first, and closeQueued before it takes l's queue.
 func (l *evListener) unwatch() {
 	l.unwatched.Do(func() {
-		l.mu.Lock()
-		l.closing = true
-		l.mu.Unlock()
+		l.stopWatching()
 		for _, lp := range l.e.started() {
 			lp.call(func() { lp.removeListener(l) })
 		}

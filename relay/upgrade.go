@@ -73,6 +73,7 @@ type export struct {
 	records int
 	nfds    int   // descriptors the frames carry
 	fds     []int // the duplicates this process made for it
+	lns     []any // the stream listeners sent
 	// resume lets what the engine paused go on, after a failure;
 	// commit closes its copies, after a success.
 	resume, commit func()
@@ -148,6 +149,7 @@ func (s *Server) exportListeners(x *export) error {
 				socks = append(socks, ln)
 			}
 		}
+		x.lns = append(x.lns, socks...)
 		if err := x.addListener(listenerRec{name: f.table.Load().routes[0].name}, socks); err != nil {
 			return err
 		}
@@ -250,7 +252,14 @@ func abortPeer(c *net.UnixConn, why error) {
 // more.
 func (s *Server) letGo(x *export) {
 	// The engine lets go first, without s.mu: a Shutdown begun meanwhile
-	// holds it, waiting for a paused event loop.
+	// holds it, waiting for a paused event loop. No loop starts watching
+	// a listener that went over (a loop's start may be queued behind
+	// the pause).
+	for _, ln := range x.lns {
+		if u, ok := ln.(interface{ stopWatching() }); ok {
+			u.stopWatching()
+		}
+	}
 	x.commit()
 	s.mu.Lock()
 	defer s.mu.Unlock()

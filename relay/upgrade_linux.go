@@ -30,6 +30,11 @@ func (e *eventEngine) freeze(x *export) error {
 		return errors.New("the event loops have stopped")
 	}
 	loops := e.started()
+	if len(x.lns) > 0 {
+		// Started now if the listeners' accept loops have not yet
+		// started them, so that none starts after the pause.
+		loops = e.start()
+	}
 	snaps := make(chan *export, len(loops))
 	decide := make([]chan bool, len(loops))
 	var wg, pausing sync.WaitGroup
