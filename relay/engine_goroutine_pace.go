@@ -34,7 +34,7 @@ func (p *pair) pacedCopy(dst io.Writer, src io.Reader, d int, progress func(int6
 			p.resumePacing(d, now)
 			continue
 		}
-		c := splice.Copier{Progress: progress, Limit: int64(n)}
+		c := splice.Copier{Progress: progress, Limit: int64(n), Relay: true}
 		w, err := c.Copy(dst, src)
 		p.paced(d, int(w), mono())
 		if err != nil || w < int64(n) {

@@ -305,7 +305,8 @@ type syscalls struct {
 
 // chooseSyscalls decides, for a copy of limit bytes (math.MaxInt64: no
 // limit) between src and dst (unwrapped) that writes to out (dst as
-// given), which calls are raw.
+// given), which calls are raw; relay: the copy is a relay's whatever its
+// limit ([Copier].Relay).
 //
 // A proxy's copy makes them raw: each of its many short system calls would
 // otherwise wake sysmon, which then costs the relay CPU per byte and
@@ -316,8 +317,8 @@ type syscalls struct {
 // processes at the other ends the cost of waking it; raw calls lose that,
 // and long copies between Unix sockets get slower. Package nbsys explains
 // the runtime side.
-func chooseSyscalls(limit int64, src, dst, out endType) syscalls {
-	if limit == math.MaxInt64 && src.stream() && dst.stream() {
+func chooseSyscalls(limit int64, relay bool, src, dst, out endType) syscalls {
+	if (limit == math.MaxInt64 || relay) && src.stream() && dst.stream() {
 		return syscalls{proxy: true, rawSrc: true, rawDst: true, rawOut: out.netSocket()}
 	}
 	if limit <= smallCopy {

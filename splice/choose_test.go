@@ -255,9 +255,11 @@ func TestChooseSyscalls(t *testing.T) {
 		{"short", smallCopy, tUnixStream, tFile, tFile, syscalls{rawSrc: true}},
 		{"short datagram", 100, tUnixMsg, tTCP, tTCP, syscalls{rawSrc: true, rawDst: true, rawOut: true}},
 		{"long bounded", smallCopy + 1, tTCP, tTCP, tTCP, syscalls{}},
+		{"paced relay", smallCopy + 1, tTCP, tTCP, tTCP, syscalls{proxy: true, rawSrc: true, rawDst: true, rawOut: true}},
+		{"paced relay into a file", smallCopy + 1, tTCP, tFile, tFile, syscalls{}},
 	}
 	for _, tt := range tests {
-		if got := chooseSyscalls(tt.limit, tt.src, tt.dst, tt.out); got != tt.want {
+		if got := chooseSyscalls(tt.limit, strings.HasPrefix(tt.name, "paced relay"), tt.src, tt.dst, tt.out); got != tt.want {
 			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)
 		}
 	}

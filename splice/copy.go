@@ -60,6 +60,15 @@ type Copier struct {
 	// [Stats].SmallPipes); the copy adapts to what it gets. Ignored
 	// where splice(2) is not used.
 	PipeSize int
+
+	// Relay marks the copy as one direction of a relay between two
+	// stream sockets, paced by Limit (a rate limit's allowance): its
+	// system calls are made as those of an unlimited copy between two
+	// stream sockets are (raw, and its first reads sized for
+	// interactive traffic), whatever Limit. Without it a long bounded
+	// copy is taken for a bulk one. Ignored unless both ends are stream
+	// sockets.
+	Relay bool
 }
 
 // DefaultPipeSize is the pipe capacity requested when [Copier].PipeSize is

@@ -90,7 +90,7 @@ func (c *Copier) copy(dst io.Writer, src io.Reader, remain int64) (written int64
 	if j.pipeSize <= 0 {
 		j.pipeSize = DefaultPipeSize
 	}
-	j.sys = chooseSyscalls(remain, st, dt, typeOf(dst, false))
+	j.sys = chooseSyscalls(remain, c.Relay, st, dt, typeOf(dst, false))
 	j.c = choice{src: newEnd(st), dst: newEnd(dt)}
 	err = j.run()
 	if j.buf != nil {
