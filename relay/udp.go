@@ -54,6 +54,15 @@ type udpRoute struct {
 	limitLog pauseLog // datagrams dropped at MaxSessions (dropped)
 }
 
+// socks returns the sockets u's sessions reply from: its own, or those
+// of the shared address it is routed from. The Server's mu is held.
+func (u *udpRoute) socks() []*udpSock {
+	if u.shared != nil {
+		return u.shared.sock.udp.lns
+	}
+	return u.lns
+}
+
 // udpSock is one of a route's listening sockets, with its reader's state.
 type udpSock struct {
 	*udp.Conn

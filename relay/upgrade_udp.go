@@ -17,8 +17,9 @@ import (
 // both processes read the same sockets for a moment, and each datagram
 // is relayed by whichever reads it. A session the sender opens after its
 // state was taken is not handed over: its client's next datagram opens
-// one in the receiver. Sessions of routes that share a port (chosen by
-// their QUIC ClientHello) are not handed over either.
+// one in the receiver. The sessions of routes that share a port (chosen
+// by their QUIC ClientHello) go over as any other: they reply from the
+// shared sockets, which go over under the address's name.
 
 // sessionRec is a recSession.
 type sessionRec struct {
@@ -102,8 +103,8 @@ func decodeSession(body []byte, nfd int) (sessionRec, error) {
 // The Server's mu is held.
 func (x *export) exportSessions(rt *route) error {
 	u := rt.udp
-	if u == nil || u.front != nil || u.shared != nil {
-		return nil
+	if u == nil || u.front != nil {
+		return nil // a shared address's reader: its routes hold the sessions
 	}
 	now := time.Now().UnixNano()
 	u.mu.Lock()
@@ -126,7 +127,7 @@ func (s *session) record(route string, now int64) sessionRec {
 	r := sessionRec{route: route, client: p.client, local: p.local, ifidx: uint32(p.ifidx),
 		origin: p.origin, odest: p.odest, proxy: p.proxy, target: s.b.addr, idleFor: max(now-s.last.Load(), 0)}
 	ln := s.ln.Load()
-	for i, l := range s.u.lns {
+	for i, l := range s.u.socks() {
 		if l.Conn == ln {
 			r.ln = uint16(i)
 		}
@@ -151,11 +152,12 @@ type takenSession struct {
 // sockets, before they are read. s.mu is held.
 func (s *Server) adoptSession(t *takenSession) {
 	rt := s.routes[t.rec.route]
-	if rt == nil || rt.udp == nil || rt.udp.front != nil || rt.udp.shared != nil || len(rt.udp.lns) == 0 {
+	if rt == nil || rt.udp == nil || rt.udp.front != nil || len(rt.udp.socks()) == 0 {
 		closeFDs([]int{t.fd})
 		return
 	}
 	u, r := rt.udp, rt.cfg.Load()
+	socks := u.socks()
 	uc, err := udpConnOf(t.fd)
 	var up *udp.Conn
 	if err == nil {
@@ -172,7 +174,7 @@ func (s *Server) adoptSession(t *takenSession) {
 	se := &session{u: u, b: backendOf(rt, t.rec.target), up: up, rc: rc}
 	p := peer{client: t.rec.client, local: t.rec.local, ifidx: int(t.rec.ifidx), origin: t.rec.origin, odest: t.rec.odest, proxy: t.rec.proxy}
 	se.peer.Store(&p)
-	se.ln.Store(u.lns[int(t.rec.ln)%len(u.lns)].Conn)
+	se.ln.Store(socks[int(t.rec.ln)%len(socks)].Conn)
 	se.last.Store(time.Now().UnixNano() - t.rec.idleFor)
 	u.mu.Lock()
 	u.sessions[p.key()] = se

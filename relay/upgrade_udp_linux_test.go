@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -106,5 +107,47 @@ func TestHandOverUDPSessions(t *testing.T) {
 	got := exchange(t, moved, quicShort(server, "m"))
 	if want := append(append([]byte(nil), server...), ":m"...); !bytes.Equal(got, want) {
 		t.Errorf("QUIC client that moved after the hand-over: reply %q, want %q", got, want)
+	}
+}
+
+// TestHandOverSharedUDPSessions: the sessions of routes that share one
+// UDP port, chosen by their clients' QUIC ClientHello, go over too: a
+// client that sends no hello after the hand-over (a short-header packet)
+// still reaches its route's target, from the same session socket.
+func TestHandOverSharedUDPSessions(t *testing.T) {
+	leakCheck(t)
+	ta, tb := newRecTarget(t, "A"), newRecTarget(t, "B")
+	la := freeUDPPort(t).String()
+	cfg := Config{Routes: []Route{sniRoute("a", ta, []string{"a.example"}, nil), sniRoute("b", tb, []string{"b.example"}, nil)}}
+	for i := range cfg.Routes {
+		cfg.Routes[i].Listen.Address = la
+	}
+	a := startRelay(t, cfg)
+	ra := a.Addrs("a")[0].(*net.UDPAddr)
+	before := map[string]string{}
+	clients := map[string]*net.UDPConn{}
+	for _, name := range []string{"a.example", "b.example"} {
+		c := dialUDP(t, ra)
+		clients[name] = c
+		before[name] = sendAll(t, c, quicInitials(t, 1, name, nil, 2))
+	}
+	if !strings.HasPrefix(before["a.example"], "A:") || !strings.HasPrefix(before["b.example"], "B:") {
+		t.Fatalf("before the hand-over: %v", before)
+	}
+	b := handOver(t, a, cfg)
+	shutdown(t, a)
+	for name, c := range clients {
+		if got := sendAll(t, c, [][]byte{quicShort([]byte("whatever"), "x")}); got != before[name] {
+			t.Errorf("%s after the hand-over: reply %q, want %q as before", name, got, before[name])
+		}
+	}
+	waitFor(t, func() bool {
+		st := b.Stats().Routes
+		return len(st) == 2 && st[0].PacketsUp > 0 && st[1].PacketsUp > 0
+	})
+	for _, r := range b.Stats().Routes {
+		if r.Sessions != 1 {
+			t.Errorf("route %s: %d sessions in the new server, want 1", r.Name, r.Sessions)
+		}
 	}
 }
